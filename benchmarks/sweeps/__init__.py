@@ -1,0 +1,1 @@
+"""Sweep files shipped with privauditor (smoke, quick, default, paper)."""

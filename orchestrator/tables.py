@@ -1,0 +1,93 @@
+"""Plain-text tables the CLI prints (registries, offline bases, datasets)."""
+
+from __future__ import annotations
+
+import time
+
+
+def render(headers: list[str], rows: list[list[object]]) -> str:
+    """A left-aligned text table with a header rule."""
+    cells = [[str(c) for c in row] for row in [headers, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def listing(what: str) -> str:
+    """``privauditor ls <what>``: every registered name with its key facts."""
+    if what == "models":
+        from privauditor.tasks.models import FAMILIES, MODELS
+
+        rows = [
+            [
+                name,
+                s.family,
+                "seq2seq" if FAMILIES.get(s.family).seq2seq else "causal",
+                s.source,
+                s.params or "tiny",
+                s.resources.gpus,
+                s.dtype,
+            ]
+            for name, s in MODELS.items()
+        ]
+        return render(["model", "family", "kind", "source", "params", "gpus", "dtype"], rows)
+    if what == "datasets":
+        from privauditor.tasks.datasets import DATASETS
+
+        rows = [
+            [name, cls.hub_id or "-", ", ".join(cls.fields), cls.offline_size]
+            for name, cls in DATASETS.items()
+        ]
+        return render(["dataset", "real dataset", "fields", "offline records"], rows)
+    from privauditor.tasks.adaptations import ADAPTATIONS
+    from privauditor.tasks.attacks import ATTACKS
+
+    registry = ADAPTATIONS if what == "adaptations" else ATTACKS
+    names = registry.names()
+    return "\n".join(names) if names else f"(no {what} registered yet)"
+
+
+def bases(names: list[str], profile) -> str:
+    """Build or load each tiny base (and the masked LM); one row of quality figures per model."""
+    from privauditor.tasks.models import resolve_model
+    from privauditor.tasks.models._tiny import masked_lm_dir, pretrain_report, tiny_base_dir
+
+    rows = []
+    targets = [(n, lambda n=n: tiny_base_dir(resolve_model(n).family, profile)) for n in names]
+    targets.append(("tiny-mlm (neighbours)", lambda: masked_lm_dir(profile)))
+    for name, build in targets:
+        started = time.perf_counter()
+        report = pretrain_report(build())
+        rows.append(
+            [
+                name,
+                f"{report['parameters'] / 1e6:.2f}M",
+                f"{report['train_seconds']:.0f}",
+                f"{time.perf_counter() - started:.1f}",
+                f"{report['held_out_loss']:.3f}",
+                f"{report['unigram_loss']:.3f}",
+                f"{report['unigram_loss'] - report['held_out_loss']:.2f}",
+            ]
+        )
+    headers = ["model", "params", "pre-train s", "this run s", "held-out NLL", "unigram NLL", "margin (nats)"]
+    return render(headers, rows)
+
+
+def datasets_summary() -> str:
+    """Each registered dataset's offline version: records kept, distinct texts and content hash."""
+    from privauditor.tasks.datasets import DATASETS, load_dataset
+
+    rows = []
+    for name, _ in DATASETS.items():
+        data = load_dataset(name)
+        rows.append(
+            [
+                name,
+                data.report.total,
+                len(data.examples),
+                len({e.text for e in data.examples}),
+                data.sha256[:12],
+            ]
+        )
+    return render(["dataset", "records", "kept", "distinct texts", "sha256"], rows)

@@ -1,0 +1,110 @@
+"""Datasets: offline generators and real loaders for ``finance``, ``sql`` and ``climate``.
+
+A dataset name resolves, in order, to:
+
+1. a registered plugin name (``finance``): its offline version, generated deterministically;
+2. a plugin's real dataset id (``sujet-ai/Sujet-Finance-Instruct-177k``): loaded with
+   ``datasets.load_dataset`` and mapped to the plugin's schema;
+3. a local file (JSONL / CSV / Parquet / TXT) or dataset directory: with ``schema=<plugin>`` it is read
+   as that plugin's records; without, ``text`` or ``prompt`` + ``target`` columns are used as they
+   are, and other columns pick the plugin whose fields (or real column names) they contain.
+
+Example::
+
+    from privauditor.tasks.datasets import load_dataset
+    data = load_dataset("finance")
+    print(data.report.summary(), data.examples[0].target)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import DataError
+from ..registry import Registry, unknown_name_message
+from ._base import MAX_RECORD_CHARS, DatasetPlugin, Example, LoadReport, build_examples, content_hash
+from ._sources import FILE_SUFFIXES, read_file, read_hub
+
+DATASETS: Registry[type[DatasetPlugin]] = Registry("dataset", __name__)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DATASETS", "DatasetPlugin", "Example", "LoadedDataset", "LoadReport", "load_dataset"]
+
+
+@dataclass(frozen=True)
+class LoadedDataset:
+    """Rendered examples of one dataset, where they came from, and what was dropped."""
+
+    name: str
+    source: str
+    examples: tuple[Example, ...]
+    report: LoadReport
+    sha256: str
+
+
+def _plugin_for_hub_id(name: str) -> type[DatasetPlugin] | None:
+    return next((cls for _, cls in DATASETS.items() if cls.hub_id == name), None)
+
+
+def _plugin_for_columns(columns: set[str]) -> type[DatasetPlugin] | None:
+    for _, cls in DATASETS.items():
+        mapped = {cls.column_map.get(c, c) for c in columns}
+        if set(cls.fields) <= mapped:
+            return cls
+    return None
+
+
+def load_dataset(
+    name: str,
+    *,
+    schema: str | None = None,
+    seed: int = 0,
+    size: int | None = None,
+    revision: str | None = None,
+    max_chars: int = MAX_RECORD_CHARS,
+) -> LoadedDataset:
+    """Load and render a dataset by plugin name, real dataset id or local path (see module doc).
+
+    ``seed`` and ``size`` apply to offline generation only (the records, not the split: splits are
+    drawn by :mod:`privauditor.tasks.splits`).
+    """
+    plugin_cls = DATASETS.get(schema) if schema else None
+    if plugin_cls is None and name in DATASETS:
+        plugin = DATASETS.get(name)()
+        rows = [(f"id {r['id']}", r) for r in plugin.generate(size or plugin.offline_size, seed)]
+        return _finish(name, f"offline {name} (seed {seed})", rows, plugin, max_chars)
+
+    path = Path(name).expanduser()
+    if path.is_file():
+        rows = list(read_file(path))
+        columns = {k for _, row in rows if isinstance(row, dict) for k in row}
+        generic = "text" in columns or {"prompt", "target"} <= columns
+        if plugin_cls is None and not generic:  # a user's own text file stays generic
+            plugin_cls = _plugin_for_columns(columns)
+        return _finish(name, path.name, rows, plugin_cls() if plugin_cls else None, max_chars)
+
+    plugin_cls = plugin_cls or _plugin_for_hub_id(name)
+    looks_like_id = (
+        "/" in name and not name.startswith((".", "/", "~")) and path.suffix.lower() not in FILE_SUFFIXES
+    )
+    if plugin_cls is None or not (path.is_dir() or looks_like_id):
+        if path.suffix.lower() in FILE_SUFFIXES or name.startswith((".", "/", "~")):
+            raise DataError(f"dataset file '{name}' does not exist")
+        known = DATASETS.names() + [c.hub_id for _, c in DATASETS.items() if c.hub_id]
+        raise DataError(unknown_name_message("dataset", name, known) + "; or give a local file path")
+    plugin = plugin_cls()
+    config = plugin.hub_config if name == plugin.hub_id else None
+    rows = list(read_hub(name, config, plugin.hub_split, revision))
+    return _finish(name, name, rows, plugin, max_chars)
+
+
+def _finish(name, source, rows, plugin, max_chars) -> LoadedDataset:
+    examples, report = build_examples(rows, plugin, source, max_chars)
+    if report.dropped:
+        log.warning("%s", report.summary())
+    if not examples:
+        raise DataError(f"dataset '{name}' has no usable records ({report.summary()})")
+    return LoadedDataset(name, source, tuple(examples), report, content_hash(examples))

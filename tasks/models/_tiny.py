@@ -1,0 +1,123 @@
+"""Build (once) and locate the offline tiny bases and the masked LM used for neighbour texts.
+
+A tiny base's cache key covers its family config, the tokenizer, the corpus hash, the pre-training
+profile and an artefact format version, so any change to what the weights depend on builds a new
+base, and nothing else does. The directory holds a standard ``save_pretrained`` checkpoint (safetensors)
+plus its tokenizer and ``pretrain.json`` (held-out and unigram loss, timings, loss curve).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from ..cache import cached_dir
+from ._corpus import load_corpus
+from ._pretrain import PretrainProfile, active_profile, pretrain
+from ._spec import FAMILIES, TinyArchitecture
+from ._tokenizer import tokenizer_dir
+
+TINY_FORMAT = 1
+MASKED_LM_ARCH = TinyArchitecture(hidden=128, layers=2, heads=4, ffn=512, max_positions=512)
+
+
+def _special_ids(tokenizer) -> dict[str, int]:
+    return {
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+
+
+def _build_and_save(
+    out: Path, config, objective: str, label: str, tok_dir: Path, profile: PretrainProfile
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    auto = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "mlm": AutoModelForMaskedLM}[
+        objective
+    ]
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    corpus = load_corpus()
+    torch.manual_seed(profile.seed)
+    model = auto.from_config(config)
+    report = pretrain(model, tokenizer, corpus.train, corpus.held_out, objective, profile, label)
+    report.update(parameters=sum(p.numel() for p in model.parameters()), corpus_sha256=corpus.sha256)
+    model.save_pretrained(out)  # safetensors by default
+    tokenizer.save_pretrained(out)
+    (out / "pretrain.json").write_text(json.dumps(report, indent=2))
+
+
+def tiny_base_dir(
+    family_name: str, profile: PretrainProfile | None = None, arch: TinyArchitecture | None = None
+) -> Path:
+    """The cached checkpoint directory of ``tiny-<family_name>``, pre-training it first if needed."""
+    family = FAMILIES.get(family_name)
+    profile = profile or active_profile()
+    arch = arch or TinyArchitecture()
+    corpus = load_corpus()
+    tok_dir = tokenizer_dir(corpus)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    config = family.tiny_config(arch, len(tokenizer), _special_ids(tokenizer))
+    key = {
+        "format": TINY_FORMAT,
+        "config": config.to_dict(),
+        "tokenizer": tok_dir.name,
+        "corpus": corpus.sha256,
+        "profile": asdict(profile),
+    }
+    key["config"].pop("transformers_version", None)  # a library upgrade alone does not change weights
+    objective = "seq2seq" if family.seq2seq else "causal"
+    label = f"tiny-{family_name}"
+    return cached_dir(
+        "bases",
+        f"{label}-{profile.name}",
+        key,
+        lambda out: _build_and_save(out, config, objective, label, tok_dir, profile),
+    )
+
+
+def masked_lm_dir(profile: PretrainProfile | None = None) -> Path:
+    """The cached small masked LM (BERT architecture) that proposes neighbour substitutions."""
+    from transformers import AutoTokenizer, BertConfig
+
+    profile = profile or active_profile()
+    corpus = load_corpus()
+    tok_dir = tokenizer_dir(corpus)
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    arch = MASKED_LM_ARCH
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=arch.hidden,
+        num_hidden_layers=arch.layers,
+        num_attention_heads=arch.heads,
+        intermediate_size=arch.ffn,
+        max_position_embeddings=arch.max_positions,
+        type_vocab_size=1,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    key = {
+        "format": TINY_FORMAT,
+        "config": config.to_dict(),
+        "tokenizer": tok_dir.name,
+        "corpus": corpus.sha256,
+        "profile": asdict(profile),
+    }
+    key["config"].pop("transformers_version", None)
+    return cached_dir(
+        "bases",
+        f"tiny-mlm-{profile.name}",
+        key,
+        lambda out: _build_and_save(out, config, "mlm", "tiny-mlm", tok_dir, profile),
+    )
+
+
+def pretrain_report(path: str | Path) -> dict:
+    """The ``pretrain.json`` of a cached tiny base or masked LM."""
+    return json.loads((Path(path) / "pretrain.json").read_text())

@@ -1,0 +1,100 @@
+"""Name → plugin registries, filled by decorators where each plugin is defined.
+
+A registry knows the package that holds its plugins; the first lookup imports every module of that
+package (``pkgutil``), so adding a plugin is adding one file, and nothing central is edited. Unknown
+names get an error that lists the known names and the closest match, as lm-evaluation-harness does.
+
+Example::
+
+    ATTACKS = Registry("attack", "privauditor.tasks.attacks")
+
+    @ATTACKS.register("loss")
+    class LossAttack: ...
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from .errors import UnknownNameError
+
+T = TypeVar("T")
+
+
+def closest(name: str, known: list[str]) -> str | None:
+    """The known name most similar to ``name`` (for "did you mean"), or None if nothing is close."""
+    matches = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    if not matches:
+        lowered = {k.lower(): k for k in known}
+        matches = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)
+        matches = [lowered[m] for m in matches]
+    return matches[0] if matches else None
+
+
+def unknown_name_message(kind: str, name: str, known: list[str]) -> str:
+    """One line: the unknown name, the closest known one and the full list."""
+    hint = closest(name, known)
+    did_you_mean = f"; did you mean '{hint}'?" if hint else ""
+    return f"unknown {kind} '{name}'{did_you_mean} (known: {', '.join(sorted(known)) or 'none'})"
+
+
+class Registry(Generic[T]):
+    """A mapping from names used in sweep files to plugin objects, discovered from one package."""
+
+    def __init__(self, kind: str, package: str) -> None:
+        self.kind = kind
+        self.package = package
+        self._entries: dict[str, T] = {}
+        self._discovered = False
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: register the decorated object under ``name`` (duplicates are an error)."""
+
+        def decorate(obj: T) -> T:
+            self.add(name, obj)
+            return obj
+
+        return decorate
+
+    def add(self, name: str, obj: T) -> None:
+        """Register ``obj`` under ``name``; a second registration of the same name is a bug."""
+        if name in self._entries and self._entries[name] is not obj:
+            raise ValueError(f"{self.kind} '{name}' is registered twice")
+        self._entries[name] = obj
+
+    def discover(self) -> None:
+        """Import every module of the plugin package once, so their decorators run."""
+        if self._discovered:
+            return
+        self._discovered = True
+        package = importlib.import_module(self.package)
+        for module in pkgutil.iter_modules(package.__path__):
+            if not module.name.startswith("_"):
+                importlib.import_module(f"{self.package}.{module.name}")
+
+    def get(self, name: str) -> T:
+        """The plugin registered as ``name``; unknown names raise :class:`UnknownNameError`."""
+        self.discover()
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownNameError(unknown_name_message(self.kind, name, self.names())) from None
+
+    def __contains__(self, name: object) -> bool:
+        self.discover()
+        return name in self._entries
+
+    def names(self) -> list[str]:
+        """All registered names, sorted."""
+        self.discover()
+        return sorted(self._entries)
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        """(name, plugin) pairs, sorted by name."""
+        self.discover()
+        for name in sorted(self._entries):
+            yield name, self._entries[name]

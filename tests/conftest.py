@@ -1,0 +1,32 @@
+"""Test-wide settings: offline, W&B off, the fast pre-training profile, one artefact cache per run.
+
+Tiny bases are pre-trained with the ``fast`` profile (seconds per family, still far below the unigram
+baseline) unless ``PRIVAUDITOR_PRETRAIN_PROFILE`` says otherwise. The artefact cache is
+``$PRIVAUDITOR_CACHE`` when set (CI points it at a fresh folder so everything is built from scratch),
+else the user's cache, where the fast profile's keys never collide with the default ones.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("PRIVAUDITOR_PRETRAIN_PROFILE", "fast")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``gpu`` tests skip themselves where CUDA is absent."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
