@@ -40,12 +40,25 @@ def listing(what: str) -> str:
             for name, cls in DATASETS.items()
         ]
         return render(["dataset", "real dataset", "fields", "offline records"], rows)
-    from privauditor.tasks.adaptations import ADAPTATIONS
+    if what == "adaptations":
+        return adaptations_listing()
     from privauditor.tasks.attacks import ATTACKS
 
-    registry = ADAPTATIONS if what == "adaptations" else ATTACKS
-    names = registry.names()
+    names = ATTACKS.names()
     return "\n".join(names) if names else f"(no {what} registered yet)"
+
+
+def adaptations_listing() -> str:
+    """Each technique with its default lr / epochs, and the families it cannot adapt."""
+    from privauditor.tasks.adaptations import ADAPTATIONS
+    from privauditor.tasks.models import FAMILIES
+
+    rows = []
+    for name, cls in ADAPTATIONS.items():
+        technique = cls()
+        unsupported = [f for f in FAMILIES.names() if technique.unsupported_reason(f)]
+        rows.append([name, cls.default_lr, cls.default_epochs, ", ".join(unsupported) or "-"])
+    return render(["adaptation", "default lr", "default epochs", "unsupported families"], rows)
 
 
 def bases(names: list[str], profile) -> str:

@@ -21,6 +21,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
+
 from privauditor.tasks.datasets import DATASETS, DatasetPlugin, load_dataset  # noqa: E402
 from privauditor.tasks.errors import DataError, UnknownNameError  # noqa: E402
 

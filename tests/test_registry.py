@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import pytest
+
 from privauditor.tasks.errors import PrivauditorError, UnknownNameError
 from privauditor.tasks.registry import Registry, closest
 

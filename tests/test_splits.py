@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.splits import draw_split

@@ -4,5 +4,21 @@ One plugin file per technique, registered under its file stem in ``ADAPTATIONS``
 """
 
 from ..registry import Registry
+from ._base import Adaptation
 
-ADAPTATIONS: Registry = Registry("adaptation", __name__)
+ADAPTATIONS: Registry[type[Adaptation]] = Registry("adaptation", __name__)
+
+
+def build_adaptation(name: str, params: dict | None = None) -> Adaptation:
+    """The technique ``name`` with hyper-parameter overrides; unknown fields are a one-line error."""
+    import dataclasses
+
+    from ..errors import PrivauditorError
+    from ..registry import unknown_name_message
+
+    cls = ADAPTATIONS.get(name)
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    for key in params or {}:
+        if key not in fields:
+            raise PrivauditorError(unknown_name_message(f"{name} hyper-parameter", key, sorted(fields)))
+    return cls(**(params or {}))

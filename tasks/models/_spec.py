@@ -59,6 +59,22 @@ class TinyArchitecture:
     max_positions: int = 1024
 
 
+@dataclass(frozen=True)
+class ModuleMap:
+    """Where the parts of a block are, as module-name suffixes (``name.endswith("." + suffix)``).
+
+    Adaptations attach to these names, so a technique works on every family without knowing its
+    layout. Suffixes are qualified where a leaf name is ambiguous (GPT-2's ``c_proj`` is in both the
+    attention and the MLP).
+    """
+
+    qkv: tuple[str, ...]  #: query/key/value projections (fused in BLOOM and GPT-2)
+    attn_out: tuple[str, ...]  #: attention output projection
+    mlp_in: tuple[str, ...]  #: MLP input projections (two where the MLP is gated)
+    mlp_out: tuple[str, ...]  #: MLP output projection
+    blocks: str  #: attribute path of the list of blocks (the decoder's, for encoder-decoders)
+
+
 class Family:
     """A model family plugin: which Hugging Face architectures belong to it and its tiny config."""
 
@@ -69,6 +85,10 @@ class Family:
     seq2seq: ClassVar[bool] = False
     #: The paper that introduced the architecture.
     paper: ClassVar[str] = ""
+    #: Where attention and MLP projections are, for adaptations.
+    modules: ClassVar[ModuleMap]
+    #: Multiplies the pre-training profile's learning rate for this family's tiny base.
+    pretrain_lr_scale: ClassVar[float] = 1.0
 
     def tiny_config(
         self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]

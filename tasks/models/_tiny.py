@@ -9,7 +9,7 @@ plus its tokenizer and ``pretrain.json`` (held-out and unigram loss, timings, lo
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from ..cache import cached_dir
@@ -63,6 +63,9 @@ def tiny_base_dir(
 
     tokenizer = AutoTokenizer.from_pretrained(tok_dir)
     config = family.tiny_config(arch, len(tokenizer), _special_ids(tokenizer))
+    objective = "seq2seq" if family.seq2seq else "causal"
+    label = f"tiny-{family_name}"
+    profile = replace(profile, lr=profile.lr * family.pretrain_lr_scale)
     key = {
         "format": TINY_FORMAT,
         "config": config.to_dict(),
@@ -71,8 +74,6 @@ def tiny_base_dir(
         "profile": asdict(profile),
     }
     key["config"].pop("transformers_version", None)  # a library upgrade alone does not change weights
-    objective = "seq2seq" if family.seq2seq else "causal"
-    label = f"tiny-{family_name}"
     return cached_dir(
         "bases",
         f"{label}-{profile.name}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._spec import Family, Resources, TinyArchitecture, register_checkpoint, register_family
+from ._spec import Family, ModuleMap, Resources, TinyArchitecture, register_checkpoint, register_family
 
 if TYPE_CHECKING:
     from transformers import BloomConfig
@@ -16,6 +16,13 @@ class BloomFamily(Family):
     name = "bloom"
     model_types = ("bloom",)
     paper = "https://arxiv.org/abs/2211.05100"
+    modules = ModuleMap(
+        qkv=("query_key_value",),
+        attn_out=("self_attention.dense",),
+        mlp_in=("dense_h_to_4h",),
+        mlp_out=("dense_4h_to_h",),
+        blocks="transformer.h",
+    )
 
     def tiny_config(
         self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._spec import Family, Resources, TinyArchitecture, register_checkpoint, register_family
+from ._spec import Family, ModuleMap, Resources, TinyArchitecture, register_checkpoint, register_family
 
 if TYPE_CHECKING:
     from transformers import GPT2Config
@@ -16,6 +16,13 @@ class GPT2Family(Family):
     name = "gpt2"
     model_types = ("gpt2",)
     paper = "https://openai.com/research/better-language-models"
+    modules = ModuleMap(
+        qkv=("c_attn",),
+        attn_out=("attn.c_proj",),
+        mlp_in=("mlp.c_fc",),
+        mlp_out=("mlp.c_proj",),
+        blocks="transformer.h",
+    )
 
     def tiny_config(self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]) -> GPT2Config:
         from transformers import GPT2Config

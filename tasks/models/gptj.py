@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._spec import Family, Resources, TinyArchitecture, register_checkpoint, register_family
+from ._spec import Family, ModuleMap, Resources, TinyArchitecture, register_checkpoint, register_family
 
 if TYPE_CHECKING:
     from transformers import GPTJConfig
@@ -16,6 +16,13 @@ class GPTJFamily(Family):
     name = "gptj"
     model_types = ("gptj",)
     paper = "https://github.com/kingoflolz/mesh-transformer-jax"
+    modules = ModuleMap(
+        qkv=("q_proj", "k_proj", "v_proj"),
+        attn_out=("out_proj",),
+        mlp_in=("fc_in",),
+        mlp_out=("fc_out",),
+        blocks="transformer.h",
+    )
 
     def tiny_config(self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]) -> GPTJConfig:
         from transformers import GPTJConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._spec import Family, Resources, TinyArchitecture, register_checkpoint, register_family
+from ._spec import Family, ModuleMap, Resources, TinyArchitecture, register_checkpoint, register_family
 
 if TYPE_CHECKING:
     from transformers import LlamaConfig
@@ -16,6 +16,13 @@ class LlamaFamily(Family):
     name = "llama"
     model_types = ("llama",)
     paper = "https://arxiv.org/abs/2302.13971"
+    modules = ModuleMap(
+        qkv=("q_proj", "k_proj", "v_proj"),
+        attn_out=("o_proj",),
+        mlp_in=("gate_proj", "up_proj"),
+        mlp_out=("down_proj",),
+        blocks="model.layers",
+    )
 
     def tiny_config(
         self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]

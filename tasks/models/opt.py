@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._spec import Family, Resources, TinyArchitecture, register_checkpoint, register_family
+from ._spec import Family, ModuleMap, Resources, TinyArchitecture, register_checkpoint, register_family
 
 if TYPE_CHECKING:
     from transformers import OPTConfig
@@ -16,6 +16,13 @@ class OPTFamily(Family):
     name = "opt"
     model_types = ("opt",)
     paper = "https://arxiv.org/abs/2205.01068"
+    modules = ModuleMap(
+        qkv=("q_proj", "k_proj", "v_proj"),
+        attn_out=("out_proj",),
+        mlp_in=("fc1",),
+        mlp_out=("fc2",),
+        blocks="model.decoder.layers",
+    )
 
     def tiny_config(self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]) -> OPTConfig:
         from transformers import OPTConfig

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._spec import Family, Resources, TinyArchitecture, register_checkpoint, register_family
+from ._spec import Family, ModuleMap, Resources, TinyArchitecture, register_checkpoint, register_family
 
 if TYPE_CHECKING:
     from transformers import T5Config
@@ -18,7 +18,16 @@ class T5Family(Family):
     name = "t5"
     model_types = ("t5", "mt5", "umt5")
     seq2seq = True
+    # Measured with the fast profile: held-out loss 6.40 at the shared 1e-2, 6.32 at 5e-3 (unigram 6.89).
+    pretrain_lr_scale = 0.5
     paper = "https://arxiv.org/abs/1910.10683"
+    modules = ModuleMap(
+        qkv=("SelfAttention.q", "SelfAttention.k", "SelfAttention.v"),
+        attn_out=("SelfAttention.o",),
+        mlp_in=("DenseReluDense.wi", "DenseReluDense.wi_0", "DenseReluDense.wi_1"),
+        mlp_out=("DenseReluDense.wo",),
+        blocks="decoder.block",
+    )
 
     def tiny_config(self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]) -> T5Config:
         from transformers import T5Config

@@ -1,0 +1,154 @@
+"""One training loop for every technique and family, and the utility figure.
+
+Every family trains on, and is scored on, the target tokens conditioned on the prompt (the design's
+rule): a causal model sees ``<s> prompt target`` with labels on the target positions only; T5 gets
+the prompt as encoder input and the target as decoder labels. Prompt and target are tokenized
+separately, so the target's tokens are exactly the tokenization of the target text. Training is plain
+PyTorch (AdamW, linear decay, gradient clipping), seeded and deterministic on CPU.
+
+Example::
+
+    result = train(model, tokenizer, split.members, TrainConfig(lr=1e-3, epochs=2), seq2seq=False)
+    print(result.loss_first_epoch, result.loss_last_epoch, validation_loss(model, tokenizer, split.validation, 128, False))
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .datasets import Example
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings; ``None`` means the technique's own default."""
+
+    epochs: int | None = None
+    lr: float | None = None
+    batch_size: int = 8
+    max_length: int = 128  # tokens of prompt + target (causal) or of the target (T5)
+    seed: int = 0
+
+
+@dataclass
+class TrainResult:
+    """What one adaptation's training did, for ``cell.json`` and the leaderboard."""
+
+    epochs: int
+    lr: float
+    steps: int = 0
+    seconds: float = 0.0
+    loss_curve: list[float] = field(default_factory=list)  # per step
+    epoch_losses: list[float] = field(default_factory=list)  # mean per epoch
+
+    @property
+    def loss_first_epoch(self) -> float:
+        return self.epoch_losses[0] if self.epoch_losses else float("nan")
+
+    @property
+    def loss_last_epoch(self) -> float:
+        return self.epoch_losses[-1] if self.epoch_losses else float("nan")
+
+
+def encode(
+    tokenizer: Any, examples: Sequence[Example], max_length: int, seq2seq: bool
+) -> list[dict[str, list[int]]]:
+    """Token ids and labels per example; labels are -100 everywhere but on target tokens."""
+    prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
+    targets = tokenizer([e.target for e in examples], add_special_tokens=False)["input_ids"]
+    encoded = []
+    for prompt, target in zip(prompts, targets, strict=True):
+        if seq2seq:
+            encoded.append({"input_ids": prompt + [tokenizer.eos_token_id], "labels": target[:max_length]})
+            continue
+        prefix = [tokenizer.bos_token_id, *prompt] if tokenizer.bos_token_id is not None else list(prompt)
+        target = target[: max(1, max_length - len(prefix))]
+        encoded.append({"input_ids": prefix + target, "labels": [-100] * len(prefix) + target})
+    return encoded
+
+
+def collate(items: Sequence[dict[str, list[int]]], pad_id: int, seq2seq: bool) -> dict[str, torch.Tensor]:
+    """Right-padded tensors; padded label positions are -100 and masked out of attention."""
+
+    def pad(rows: list[list[int]], value: int) -> torch.Tensor:
+        width = max(len(r) for r in rows)
+        return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
+
+    input_ids = pad([i["input_ids"] for i in items], pad_id)
+    attention_mask = pad([[1] * len(i["input_ids"]) for i in items], 0)
+    labels = pad([i["labels"] for i in items], -100)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def predicted_tokens(labels: torch.Tensor, seq2seq: bool) -> int:
+    """How many tokens the model's mean loss averages over (causal models shift labels by one)."""
+    return int((labels != -100).sum() if seq2seq else (labels[:, 1:] != -100).sum())
+
+
+def train(
+    model: Any, tokenizer: Any, examples: Sequence[Example], config: TrainConfig, seq2seq: bool
+) -> TrainResult:
+    """Train the trainable parameters of ``model`` on ``examples``; returns the loss record."""
+    assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
+    result = TrainResult(epochs=config.epochs, lr=config.lr)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if config.epochs == 0 or not parameters:
+        return result
+    data = encode(tokenizer, examples, config.max_length, seq2seq)
+    generator = torch.Generator().manual_seed(config.seed)
+    steps_per_epoch = -(-len(data) // config.batch_size)
+    total = steps_per_epoch * config.epochs
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / (total + 1))
+    model.train()
+    started = time.perf_counter()
+    for _epoch in range(config.epochs):
+        order = torch.randperm(len(data), generator=generator).tolist()
+        epoch_loss = epoch_tokens = 0.0
+        for start in range(0, len(order), config.batch_size):
+            batch = collate(
+                [data[i] for i in order[start : start + config.batch_size]], tokenizer.pad_token_id, seq2seq
+            )
+            loss = model(**batch).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
+            optimizer.step()
+            scheduler.step()
+            n = predicted_tokens(batch["labels"], seq2seq)
+            epoch_loss, epoch_tokens = epoch_loss + loss.item() * n, epoch_tokens + n
+            result.loss_curve.append(round(loss.item(), 4))
+        result.epoch_losses.append(round(epoch_loss / max(1, epoch_tokens), 4))
+    result.steps = total
+    result.seconds = round(time.perf_counter() - started, 2)
+    model.eval()
+    return result
+
+
+@torch.inference_mode()
+def validation_loss(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    max_length: int,
+    seq2seq: bool,
+    batch_size: int = 16,
+) -> float:
+    """Utility: mean per-token NLL (nats) of the model on the examples' target tokens."""
+    model.eval()
+    data = encode(tokenizer, examples, max_length, seq2seq)
+    total = tokens = 0.0
+    for start in range(0, len(data), batch_size):
+        batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, seq2seq)
+        n = predicted_tokens(batch["labels"], seq2seq)
+        total += model(**batch).loss.item() * n
+        tokens += n
+    return total / max(1, tokens)

@@ -1,0 +1,126 @@
+"""Contract tests for every adaptation technique on every family it supports.
+
+Bases are random-initialised models of each family's tiny config (the structure is what is tested;
+pre-trained bases are exercised by the default-settings table in benchmarks/). A new technique or
+family is tested here without editing this file.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
+from privauditor.tasks.datasets import Example
+from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.models import FAMILIES
+from privauditor.tasks.models._corpus import load_corpus
+from privauditor.tasks.models._spec import TinyArchitecture
+from privauditor.tasks.models._tokenizer import tokenizer_dir
+from privauditor.tasks.training import TrainConfig, collate, encode, train
+
+PAIRS = [
+    (family, technique)
+    for family in FAMILIES.names()
+    for technique in ADAPTATIONS.names()
+    if not ADAPTATIONS.get(technique)().unsupported_reason(family)
+]
+EXAMPLES = [
+    Example("a", "Answer the finance question.\n", "Acme Corp reported net income of $12.4 million in 2021."),
+    Example("b", "Answer the finance question.\n", "Loan request from Jane Roe: $30,000, credit score 712."),
+    Example("c", "Answer the finance question.\n", "Sentiment of 'Globex shares fall 8%': negative."),
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_path():
+    return str(tokenizer_dir(load_corpus()))
+
+
+def fresh_base(family_name: str, tokenizer_path: str):
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    family = FAMILIES.get(family_name)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    ids = {
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    config = family.tiny_config(TinyArchitecture(), len(tokenizer), ids)
+    torch.manual_seed(0)
+    model = (AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM).from_config(config)
+    model.config.name_or_path = tokenizer_path  # as from_pretrained sets it; prompt tuning reads it
+    return family, tokenizer, model.eval()
+
+
+def logits(model, batch):
+    with torch.inference_mode():
+        return model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+        ).logits
+
+
+@pytest.mark.parametrize(("family_name", "technique"), PAIRS)
+def test_technique_contract(family_name, technique, tokenizer_path, tmp_path):
+    family, tokenizer, base = fresh_base(family_name, tokenizer_path)
+    pristine = copy.deepcopy(base)
+    adaptation = build_adaptation(technique)
+    model = adaptation.apply(base, family)
+    trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    batch = collate(encode(tokenizer, EXAMPLES, 48, family.seq2seq), tokenizer.pad_token_id, family.seq2seq)
+
+    if technique == "none":
+        assert not trainable
+        assert torch.equal(logits(model, batch), logits(pristine, batch))
+        return
+    assert sum(t.numel() for t in trainable.values()) > 0
+
+    # A few steps on one batch at the technique's own learning rate: the loss must fall.
+    config = TrainConfig(epochs=12, lr=adaptation.default_lr, batch_size=len(EXAMPLES), seed=0)
+    result = train(model, tokenizer, EXAMPLES, config, family.seq2seq)
+    assert result.loss_curve[-1] < result.loss_curve[0], result.loss_curve
+
+    # Only trainable weights changed, and they did change.
+    after = dict(model.named_parameters())
+    assert all(torch.equal(after[n].detach(), before) for n, before in frozen.items())
+    assert any(not torch.equal(after[n].detach(), before) for n, before in trainable.items())
+
+    # Saved as safetensors, reloaded onto an untouched base: identical logits.
+    adaptation.save(model, tmp_path)
+    assert list(tmp_path.glob("*.safetensors")) and not list(tmp_path.glob("*.bin"))
+    reloaded = build_adaptation(technique).load(pristine, family, tmp_path)
+    assert torch.equal(logits(model.eval(), batch), logits(reloaded.eval(), batch))
+
+
+def test_unsupported_pair_is_a_clear_error(tokenizer_path):
+    family, _, base = fresh_base("opt", tokenizer_path)
+    with pytest.raises(PrivauditorError, match="'llama_adapter' supports only the llama family, not opt"):
+        build_adaptation("llama_adapter").apply(base, family)
+
+
+def test_unknown_hyperparameter_suggests_the_field():
+    with pytest.raises(PrivauditorError, match="did you mean 'alpha'"):
+        build_adaptation("lora", {"alpah": 32})
+    assert build_adaptation("lora", {"r": 4}).r == 4
+
+
+def test_ls_adaptations_lists_unsupported_pairs(capsys):
+    from privauditor.orchestrator.cli import main
+
+    assert main(["ls", "adaptations"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert "bloom, gpt2, gptj, opt, t5" in rows["llama_adapter"]
+    assert rows["lora"].rstrip().endswith("-")
+
+
+def test_every_technique_documents_its_defaults():
+    for name, cls in ADAPTATIONS.items():
+        assert cls.__module__.endswith("." + name), "adaptation names equal their file stems"
+        assert cls.default_epochs >= (0 if name == "none" else 1) and cls.default_lr >= 0
+        assert (cls.__doc__ or "").strip() and (
+            __import__(cls.__module__, fromlist=["x"]).__doc__ or ""
+        ).strip()
