@@ -1,8 +1,7 @@
 """Contract tests for every adaptation technique on every family it supports.
 
-Bases are random-initialised models of each family's tiny config (the structure is what is tested;
-pre-trained bases are exercised by the default-settings table in benchmarks/). A new technique or
-family is tested here without editing this file.
+Bases are the offline tiny bases (pre-trained once per cache, loaded fresh for each test). A new
+technique or family is tested here without editing this file.
 """
 
 from __future__ import annotations
@@ -13,13 +12,11 @@ import pytest
 import torch
 
 from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
-from privauditor.tasks.datasets import Example
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.models import FAMILIES
-from privauditor.tasks.models._corpus import load_corpus
-from privauditor.tasks.models._spec import TinyArchitecture
-from privauditor.tasks.models._tokenizer import tokenizer_dir
 from privauditor.tasks.training import TrainConfig, collate, encode, train
+
+from .helpers import EXAMPLES, fresh_base
 
 PAIRS = [
     (family, technique)
@@ -27,33 +24,6 @@ PAIRS = [
     for technique in ADAPTATIONS.names()
     if not ADAPTATIONS.get(technique)().unsupported_reason(family)
 ]
-EXAMPLES = [
-    Example("a", "Answer the finance question.\n", "Acme Corp reported net income of $12.4 million in 2021."),
-    Example("b", "Answer the finance question.\n", "Loan request from Jane Roe: $30,000, credit score 712."),
-    Example("c", "Answer the finance question.\n", "Sentiment of 'Globex shares fall 8%': negative."),
-]
-
-
-@pytest.fixture(scope="module")
-def tokenizer_path():
-    return str(tokenizer_dir(load_corpus()))
-
-
-def fresh_base(family_name: str, tokenizer_path: str):
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
-
-    family = FAMILIES.get(family_name)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-    ids = {
-        "pad_token_id": tokenizer.pad_token_id,
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-    }
-    config = family.tiny_config(TinyArchitecture(), len(tokenizer), ids)
-    torch.manual_seed(0)
-    model = (AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM).from_config(config)
-    model.config.name_or_path = tokenizer_path  # as from_pretrained sets it; prompt tuning reads it
-    return family, tokenizer, model.eval()
 
 
 def logits(model, batch):
@@ -64,8 +34,8 @@ def logits(model, batch):
 
 
 @pytest.mark.parametrize(("family_name", "technique"), PAIRS)
-def test_technique_contract(family_name, technique, tokenizer_path, tmp_path):
-    family, tokenizer, base = fresh_base(family_name, tokenizer_path)
+def test_technique_contract(family_name, technique, tmp_path):
+    family, tokenizer, base = fresh_base(family_name)
     pristine = copy.deepcopy(base)
     adaptation = build_adaptation(technique)
     model = adaptation.apply(base, family)
@@ -96,8 +66,8 @@ def test_technique_contract(family_name, technique, tokenizer_path, tmp_path):
     assert torch.equal(logits(model.eval(), batch), logits(reloaded.eval(), batch))
 
 
-def test_unsupported_pair_is_a_clear_error(tokenizer_path):
-    family, _, base = fresh_base("opt", tokenizer_path)
+def test_unsupported_pair_is_a_clear_error():
+    family, _, base = fresh_base("opt")
     with pytest.raises(PrivauditorError, match="'llama_adapter' supports only the llama family, not opt"):
         build_adaptation("llama_adapter").apply(base, family)
 

@@ -9,8 +9,8 @@ https://arxiv.org/abs/1902.00751). It is attached to a frozen base by forward ho
   even where the MLP is gated (LLaMA's ``gate_proj``/``up_proj``, T5's ``wi_0``/``wi_1`` see one ``x'``);
 - parallel beside a module: ``y' = f(x) + s·A(x)``;
 - parallel beside a whole MLP: ``y' = MLP(x) + s·A(x)``, with ``x`` taken at the MLP's input projections
-  and the sum made at its output projection (BLOOM's and OPT's MLP modules are not ``x → MLP(x)``:
-  BLOOM's adds the residual, OPT has none, so hooking the projections works for every family).
+  and the sum made at its output projection. Hooking the MLP module itself would not do: BLOOM's adds
+  the residual, and OPT has no MLP module (``fc1``/``fc2`` sit in the decoder layer).
 
 The up-projection starts at zero, so a freshly attached adapter leaves the base's outputs unchanged.
 Adapters are registered as submodules (``<target>.bottleneck``, ``<mlp parent>.bottleneck_mlp_in`` or
@@ -36,8 +36,11 @@ _ATTRIBUTES = ("bottleneck", "bottleneck_mlp_in", "bottleneck_mlp")
 def make_bottleneck(d_in: int, d_out: int, rank: int, non_linearity: str, dropout: float, like: Any) -> Any:
     """A ``Sequential(dropout, down, act, up)`` adapter with a zero up-projection, on ``like``'s device.
 
-    Adapters of a 16-bit base are kept in float32 (as LLM-Adapters and peft do): small AdamW updates of
-    bf16 weights round away. The hooks cast activations to the adapter's dtype and back.
+    Houlsby's parameterisation, with biases (2dr + d + r for d→d). LLM-Adapters has no biases and by
+    default draws the up-projection from N(0, 0.02), so its adapters do not start as the identity; we
+    zero it so that adapting starts exactly at the base model. Adapters of a 16-bit base are kept in
+    float32 (as LLM-Adapters and peft do): small AdamW updates of bf16 weights round away. The hooks
+    cast activations to the adapter's dtype and back.
     """
     import torch
     from torch import nn
@@ -126,9 +129,9 @@ class BottleneckAdaptation(Adaptation):
     placement: str = "privauditor"
 
     placements: ClassVar[tuple[str, ...]] = ("privauditor", "paper")
-    # LLM-Adapters trains bottleneck adapters at 3e-4 on 7B bases; a zero-initialised up-projection on a
-    # tiny base with a few dozen optimizer steps moves too little at that rate, so 1e-3. Paper-scale
-    # sweeps should override it with 3e-4.
+    # LLM-Adapters trains bottleneck adapters at 3e-4 on 7B bases. A cell on a tiny base runs only a few
+    # dozen optimizer steps from a zero up-projection, so the default is the higher 1e-3 (a choice, not
+    # a measured optimum); paper-scale sweeps should set 3e-4.
     default_lr: ClassVar[float] = 1e-3
     default_epochs: ClassVar[int] = 3  # LLM-Adapters' 3 epochs
 
@@ -143,7 +146,8 @@ class BottleneckAdaptation(Adaptation):
                 )
         if self.bottleneck is not None and (type(self.bottleneck) is not int or self.bottleneck < 1):
             raise PrivauditorError(
-                f"adaptation '{self.name}': bottleneck must be a positive integer or null, not {self.bottleneck!r}"
+                f"adaptation '{self.name}': bottleneck must be a positive int or null "
+                f"(null: min(256, d // 2)), not {self.bottleneck!r}"
             )
         if not 0.0 <= self.dropout < 1.0:
             raise PrivauditorError(
