@@ -104,7 +104,7 @@ def test_cache_key_changes_with_what_the_weights_depend_on(monkeypatch, tmp_path
     base = _tiny.tiny_base_dir("opt", active_profile("fast"))
     assert _tiny.tiny_base_dir("opt", active_profile("fast")) == base and len(built) == 1
     assert _tiny.tiny_base_dir("opt", active_profile("default")) != base
-    assert _tiny.tiny_base_dir("opt", active_profile("fast"), TinyArchitecture(layers=2)) != base
+    assert _tiny.tiny_base_dir("opt", active_profile("fast"), TinyArchitecture(layers=3)) != base
     assert _tiny.tiny_base_dir("bloom", active_profile("fast")) != base
     assert len(built) == 4
 

@@ -45,6 +45,7 @@ def test_listing_imports_no_torch():
     """``ls`` and registry discovery stay instant: plugin modules keep heavy imports inside functions."""
     code = (
         "import sys; from privauditor.orchestrator.cli import main; main(['ls', 'models']); main(['ls', 'datasets']);"
+        "main(['ls', 'adaptations']); main(['ls', 'attacks']);"
         "print('torch' in sys.modules, 'transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -3,7 +3,7 @@
 Each step draws ``batch_size`` random windows of ``seq_len`` tokens from the corpus's training token
 stream (paragraphs joined as ``<s> text </s>``). Causal models learn next-token prediction; T5 models get
 the first quarter of a window as encoder input and predict the rest (a prefix-LM objective, the same
-shape as privauditor's prompt → target use of T5); masked LMs learn BERT's 15 % masking.
+shape as privauditor's prompt → target use of T5); masked LMs learn BERT-style masking (40 % of positions).
 
 Evaluation is on held-out documents: the mean NLL (nats) of exactly the tokens the objective predicts,
 beside the unigram baseline — the cross-entropy of those same tokens under training-token frequencies
@@ -74,10 +74,15 @@ def _windows(stream: torch.Tensor, seq_len: int, starts: torch.Tensor) -> torch.
     return torch.stack([stream[s : s + seq_len] for s in starts.tolist()])
 
 
+# Share of positions a masked LM predicts. BERT's 15 % left a tiny MLM at the unigram loss after 600
+# steps here; 40 % (Wettig et al. 2023, https://arxiv.org/abs/2202.08005) gives each step more signal.
+MASK_RATE = 0.4
+
+
 def _mask_tokens(batch: torch.Tensor, tokenizer, vocab_size: int, gen: torch.Generator):
-    """BERT masking: 15 % of positions predicted; of those 80 % <mask>, 10 % random, 10 % unchanged."""
+    """BERT-style masking of MASK_RATE of positions: 80 % <mask>, 10 % random, 10 % unchanged."""
     labels = batch.clone()
-    chosen = torch.rand(batch.shape, generator=gen) < 0.15
+    chosen = torch.rand(batch.shape, generator=gen) < MASK_RATE
     labels[~chosen] = -100
     inputs = batch.clone()
     roll = torch.rand(batch.shape, generator=gen)
