@@ -22,7 +22,7 @@ from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import MODELS, load_model
 from privauditor.tasks.splits import draw_split
-from privauditor.tasks.training import TrainConfig, train, validation_loss
+from privauditor.tasks.training import TrainConfig, apply_seeded, train, validation_loss
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
             adaptation = build_adaptation(technique)
             if adaptation.unsupported_reason(loaded.family.name):
                 continue
-            model = adaptation.apply(copy.deepcopy(loaded.model), loaded.family)
+            model = apply_seeded(adaptation, copy.deepcopy(loaded.model), loaded.family, seed=0)
             trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
             config = TrainConfig(
                 epochs=adaptation.default_epochs, lr=adaptation.default_lr, max_length=args.max_length

@@ -93,6 +93,13 @@ def predicted_tokens(labels: torch.Tensor, seq2seq: bool) -> int:
     return int((labels != -100).sum() if seq2seq else (labels[:, 1:] != -100).sum())
 
 
+def apply_seeded(adaptation: Any, model: Any, family: Any, seed: int) -> Any:
+    """Apply a technique with the global generator seeded, so new weights (LoRA's A, prompt
+    encoders) are the same for the same seed."""
+    torch.manual_seed(seed)
+    return adaptation.apply(model, family)
+
+
 def train(
     model: Any, tokenizer: Any, examples: Sequence[Example], config: TrainConfig, seq2seq: bool
 ) -> TrainResult:
@@ -103,6 +110,7 @@ def train(
     if config.epochs == 0 or not parameters:
         return result
     data = encode(tokenizer, examples, config.max_length, seq2seq)
+    torch.manual_seed(config.seed)  # dropout masks (LoRA's, adapters') draw from the global generator
     generator = torch.Generator().manual_seed(config.seed)
     steps_per_epoch = -(-len(data) // config.batch_size)
     total = steps_per_epoch * config.epochs

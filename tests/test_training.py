@@ -7,7 +7,15 @@ import torch
 
 from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.datasets import Example
-from privauditor.tasks.training import TrainConfig, collate, encode, predicted_tokens, train, validation_loss
+from privauditor.tasks.training import (
+    TrainConfig,
+    apply_seeded,
+    collate,
+    encode,
+    predicted_tokens,
+    train,
+    validation_loss,
+)
 
 from .helpers import EXAMPLES, fresh_base
 
@@ -50,7 +58,7 @@ def test_training_is_deterministic_for_a_seed():
     weights = []
     for _ in range(2):
         family, tokenizer, base = fresh_base("llama")
-        model = build_adaptation("lora").apply(base, family)
+        model = apply_seeded(build_adaptation("lora"), base, family, seed=7)
         result = train(
             model, tokenizer, EXAMPLES * 3, TrainConfig(epochs=2, lr=3e-3, batch_size=4, seed=7), False
         )
