@@ -3,7 +3,10 @@
 One plugin file per technique, registered under its file stem in ``ADAPTATIONS``.
 """
 
-from ..registry import Registry
+import dataclasses
+
+from ..errors import PrivauditorError
+from ..registry import Registry, unknown_name_message
 from ._base import Adaptation
 
 ADAPTATIONS: Registry[type[Adaptation]] = Registry("adaptation", __name__)
@@ -11,11 +14,6 @@ ADAPTATIONS: Registry[type[Adaptation]] = Registry("adaptation", __name__)
 
 def build_adaptation(name: str, params: dict | None = None) -> Adaptation:
     """The technique ``name`` with hyper-parameter overrides; unknown fields are a one-line error."""
-    import dataclasses
-
-    from ..errors import PrivauditorError
-    from ..registry import unknown_name_message
-
     cls = ADAPTATIONS.get(name)
     fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
     for key in params or {}:

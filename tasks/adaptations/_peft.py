@@ -36,7 +36,7 @@ class PeftAdaptation(Adaptation):
     def save(self, model: Any, out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(out_dir), safe_serialization=True)
-        super().save_config(out_dir)
+        self.save_config(out_dir)
 
     def load(self, base: Any, family: Any, in_dir: Path) -> Any:
         from peft import PeftModel

@@ -50,22 +50,17 @@ def _build_and_save(
     (out / "pretrain.json").write_text(json.dumps(report, indent=2))
 
 
-def tiny_base_dir(
-    family_name: str, profile: PretrainProfile | None = None, arch: TinyArchitecture | None = None
-) -> Path:
-    """The cached checkpoint directory of ``tiny-<family_name>``, pre-training it first if needed."""
-    family = FAMILIES.get(family_name)
-    profile = profile or active_profile()
-    arch = arch or TinyArchitecture()
-    corpus = load_corpus()
-    tok_dir = tokenizer_dir(corpus)
+def _tokenizer():
+    """The corpus, the cached tokenizer's directory and the tokenizer itself."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
-    config = family.tiny_config(arch, len(tokenizer), _special_ids(tokenizer))
-    objective = "seq2seq" if family.seq2seq else "causal"
-    label = f"tiny-{family_name}"
-    profile = replace(profile, lr=profile.lr * family.pretrain_lr_scale)
+    corpus = load_corpus()
+    tok_dir = tokenizer_dir(corpus)
+    return corpus, tok_dir, AutoTokenizer.from_pretrained(tok_dir)
+
+
+def _cached_model(label, config, objective, profile, corpus, tok_dir, **extra_key) -> Path:
+    """The cache directory of one pre-trained model, keyed by everything its weights depend on."""
     key = {
         "format": TINY_FORMAT,
         "config": config.to_dict(),
@@ -73,6 +68,7 @@ def tiny_base_dir(
         "corpus": corpus.sha256,
         "profile": asdict(profile),
         "objective": objective,
+        **extra_key,
     }
     key["config"].pop("transformers_version", None)  # a library upgrade alone does not change weights
     return cached_dir(
@@ -83,18 +79,29 @@ def tiny_base_dir(
     )
 
 
+def tiny_base_dir(
+    family_name: str, profile: PretrainProfile | None = None, arch: TinyArchitecture | None = None
+) -> Path:
+    """The cached checkpoint directory of ``tiny-<family_name>``, pre-training it first if needed."""
+    family = FAMILIES.get(family_name)
+    profile = profile or active_profile()
+    profile = replace(profile, lr=profile.lr * family.pretrain_lr_scale)
+    corpus, tok_dir, tokenizer = _tokenizer()
+    config = family.tiny_config(arch or TinyArchitecture(), len(tokenizer), _special_ids(tokenizer))
+    objective = "seq2seq" if family.seq2seq else "causal"
+    return _cached_model(f"tiny-{family_name}", config, objective, profile, corpus, tok_dir)
+
+
 def masked_lm_dir(profile: PretrainProfile | None = None) -> Path:
     """The cached small masked LM (BERT architecture) that proposes neighbour substitutions."""
-    from transformers import AutoTokenizer, BertConfig
+    from transformers import BertConfig
 
     profile = profile or active_profile()
     # Post-LN BERT stalls at the causal bases' 1e-2 (measured: 6.87 vs unigram 6.88 at 5e-3, 6.45 at
     # 2e-3), and a masked LM learns from a fraction of the positions only: a fifth of the rate, twice
     # the steps.
     profile = replace(profile, lr=profile.lr * 0.2, steps=profile.steps * 2)
-    corpus = load_corpus()
-    tok_dir = tokenizer_dir(corpus)
-    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    corpus, tok_dir, tokenizer = _tokenizer()
     arch = MASKED_LM_ARCH
     config = BertConfig(
         vocab_size=len(tokenizer),
@@ -108,22 +115,7 @@ def masked_lm_dir(profile: PretrainProfile | None = None) -> Path:
         attention_probs_dropout_prob=0.0,
         pad_token_id=tokenizer.pad_token_id,
     )
-    key = {
-        "format": TINY_FORMAT,
-        "config": config.to_dict(),
-        "tokenizer": tok_dir.name,
-        "corpus": corpus.sha256,
-        "profile": asdict(profile),
-        "objective": "mlm",
-        "mask_rate": MASK_RATE,
-    }
-    key["config"].pop("transformers_version", None)
-    return cached_dir(
-        "bases",
-        f"tiny-mlm-{profile.name}",
-        key,
-        lambda out: _build_and_save(out, config, "mlm", "tiny-mlm", tok_dir, profile),
-    )
+    return _cached_model("tiny-mlm", config, "mlm", profile, corpus, tok_dir, mask_rate=MASK_RATE)
 
 
 def pretrain_report(path: str | Path) -> dict:
