@@ -42,10 +42,36 @@ def listing(what: str) -> str:
         return render(["dataset", "real dataset", "fields", "offline records"], rows)
     if what == "adaptations":
         return adaptations_listing()
+    return attacks_listing()
+
+
+def attacks_listing() -> str:
+    """Each attack with its hyper-parameters' defaults, the extra views it needs and its paper."""
+    import dataclasses
+
     from privauditor.tasks.attacks import ATTACKS
 
-    names = ATTACKS.names()
-    return "\n".join(names) if names else f"(no {what} registered yet)"
+    rows = []
+    for name, cls in ATTACKS.items():
+        fields = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls)) or "-"
+        rows.append([name, fields, ", ".join(cls.needs) or "-", cls.paper])
+    return render(["attack", "hyper-parameters", "extra views", "paper"], rows)
+
+
+def metrics_table(metrics: dict) -> str:
+    """One row per attack of a cell's ``metrics.json``."""
+
+    def fmt(value: object) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    rows = []
+    for name, m in metrics.items():
+        if "skipped" in m:
+            rows.append([name, "skipped", m["skipped"], "", ""])
+            continue
+        ci = f"[{m['auc_ci'][0]:.3f}, {m['auc_ci'][1]:.3f}]"
+        rows.append([name, fmt(m["auc"]), ci, fmt(m["tpr_at_0.1pct_fpr"]), fmt(m["tpr_at_1pct_fpr"])])
+    return render(["attack", "AUC", "95% CI", "TPR@0.1%FPR", "TPR@1%FPR"], rows)
 
 
 def adaptations_listing() -> str:
@@ -57,7 +83,10 @@ def adaptations_listing() -> str:
     for name, cls in ADAPTATIONS.items():
         technique = cls()
         unsupported = [f for f in FAMILIES.names() if technique.unsupported_reason(f)]
-        rows.append([name, cls.default_lr, cls.default_epochs, ", ".join(unsupported) or "-"])
+        other = {f: technique.default_lr_for(f) for f in FAMILIES.names() if f not in unsupported}
+        other = {f: lr for f, lr in other.items() if lr != cls.default_lr}
+        lr = " ".join([str(cls.default_lr), *(f"({f}: {v})" for f, v in other.items())])
+        rows.append([name, lr, cls.default_epochs, ", ".join(unsupported) or "-"])
     return render(["adaptation", "default lr", "default epochs", "unsupported families"], rows)
 
 

@@ -14,13 +14,14 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from .errors import UnknownNameError
+from .errors import PrivauditorError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -83,6 +84,16 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             raise UnknownNameError(unknown_name_message(self.kind, name, self.names())) from None
+
+    def build(self, name: str, params: dict | None = None) -> T:
+        """An instance of the dataclass plugin ``name`` with field overrides ``params``; an unknown field
+        is a one-line error listing the known ones."""
+        cls = self.get(name)
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+        for key in params or {}:
+            if key not in fields:
+                raise PrivauditorError(unknown_name_message(f"{name} hyper-parameter", key, sorted(fields)))
+        return cls(**(params or {}))
 
     def __contains__(self, name: object) -> bool:
         self.discover()

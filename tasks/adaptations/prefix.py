@@ -19,12 +19,18 @@ class PrefixTuningAdaptation(PeftAdaptation):
     """Per-layer trainable prefixes of ``virtual_tokens`` key/value vectors."""
 
     virtual_tokens: int = 30  # PrivAuditor's setting
-    projection: bool = False  # reparameterise through an MLP (the paper's trick for stability)
+    # Reparameterise the prefixes through an MLP, as Li & Liang train them. Without it the prefixes start
+    # as N(0, 1) vectors and barely move: tiny-bloom on finance stayed at 6.772 nats for 5 epochs at 1e-2,
+    # and fell from 6.72 to 6.48 with it. peft saves the prefixes the MLP computes, not the MLP, so a
+    # reloaded adaptation is the same plain prefix either way.
+    projection: bool = True
 
     name = "prefix"
     paper = "https://arxiv.org/abs/2101.00190"
     prompt_learning = True
-    default_lr = 1e-2  # prompt-learning methods need far higher rates than weight updates
+    # Prompt-learning methods need far higher rates than weight updates; at 1e-2 tiny-opt's loss fell
+    # 0.01 nats in 5 epochs, at 3e-2 0.17 (finance).
+    default_lr = 3e-2
     default_epochs = 5
 
     def peft_config(self, model: Any, family: Any) -> Any:
