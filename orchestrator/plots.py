@@ -1,0 +1,42 @@
+"""Log-log ROC curves (PNG): one figure per cell with a curve per attack.
+
+Log-log axes show the low-FPR region that matters for privacy (Carlini et al. 2022,
+https://arxiv.org/abs/2112.03570); the diagonal is chance.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def roc_png(metrics: dict, path: Path, title: str) -> Path:
+    """Draw every attack's ROC points from ``metrics`` (a cell's metrics.json) into ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 5), dpi=100)
+    floor = 1.0
+    for name, m in metrics.items():
+        if "roc" not in m:
+            continue
+        points = [(f, t) for f, t in m["roc"] if f > 0 and t > 0]
+        if not points:
+            continue
+        fpr, tpr = zip(*points, strict=True)
+        floor = min(floor, min(fpr), min(tpr))
+        ax.step(fpr, tpr, where="post", label=f"{name} (AUC {m['auc']:.3f})")
+    ax.plot([floor, 1], [floor, 1], "k--", linewidth=0.8, label="chance")
+    ax.set(xscale="log", yscale="log", xlabel="false positive rate", ylabel="true positive rate", title=title)
+    ax.set_xlim(floor, 1)
+    ax.set_ylim(floor, 1)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,252 @@
+"""One audit cell end to end, in one process: split → adapt → score → attack → metrics.
+
+:func:`run_cell` writes the design's results-folder contract under ``OUT/cells/<cell_id>/``
+(``cell.json``, ``adapter/``, ``signals.parquet``, ``scores.parquet``, ``metrics.json``, ``DONE`` last)
+and keeps the work cells share under ``OUT/shared/`` (split ids, the un-adapted base's signals, neighbour
+texts), where every later cell of the same (base, dataset, seed) finds them. A cell with ``DONE`` is
+not redone; one without is cleared and redone. Every file is written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import CellConfig, slug
+from .datasets import Example
+from .signals import write_json
+
+log = logging.getLogger(__name__)
+
+RESULTS_FORMAT = 1
+PACKAGES = ("privauditor", "torch", "transformers", "peft", "datasets", "numpy", "pyarrow", "scikit-learn")
+
+
+@dataclass
+class CellOutcome:
+    cell_id: str
+    path: Path
+    metrics: dict[str, Any]
+    skipped: bool  # already DONE before this call
+
+
+def check_results_dir(out: Path) -> None:
+    """Create ``out/privauditor.json`` or check it: a folder of another results format is refused."""
+    from .errors import PrivauditorError
+
+    marker = out / "privauditor.json"
+    if marker.exists():
+        try:
+            found = json.loads(marker.read_text()).get("results_format")
+        except (json.JSONDecodeError, AttributeError):
+            found = "unreadable"
+        if found != RESULTS_FORMAT:
+            raise PrivauditorError(
+                f"{out} holds results format {found!r}, this privauditor writes {RESULTS_FORMAT}: "
+                "use another --out folder"
+            )
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(marker, {"results_format": RESULTS_FORMAT})
+
+
+def versions() -> dict[str, str]:
+    found = {"python": sys.version.split()[0]}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def directory_hash(path: Path) -> str:
+    """sha256 over the names and bytes of the files under ``path`` (the adaptation's content hash)."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(path)).encode() + b"\x00" + file.read_bytes())
+    return digest.hexdigest()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, step: str, work: Callable[[], Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            return work()
+        finally:
+            self.seconds[step] = round(self.seconds.get(step, 0.0) + time.perf_counter() - started, 3)
+
+
+def run_cell(config: CellConfig, out: Path) -> CellOutcome:
+    """Run (or find DONE) the cell ``config`` under the results folder ``out``."""
+    out = Path(out)
+    cell_id = config.cell_id()
+    cell_dir = out / "cells" / cell_id
+    if (cell_dir / "DONE").exists():
+        return CellOutcome(cell_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
+    check_results_dir(out)
+    shutil.rmtree(cell_dir, ignore_errors=True)  # an unfinished earlier attempt
+    cell_dir.mkdir(parents=True)
+    record = execute(config, cell_id, cell_dir, out / "shared", _Clock())
+    write_json(cell_dir / "cell.json", record | {"versions": versions()})
+    write_json(
+        cell_dir / "DONE",
+        {"cell_id": cell_id, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+    )
+    return CellOutcome(cell_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), False)
+
+
+def execute(config: CellConfig, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock) -> dict[str, Any]:
+    """The cell's work; returns the ``cell.json`` record (config, provenance, timings, training)."""
+    from .adaptations import build_adaptation
+    from .datasets import load_dataset
+    from .evaluate import Scorer, evaluate, identity_of
+    from .models import load_model
+    from .splits import draw_split
+    from .training import TrainConfig, apply_seeded, train, validation_loss
+
+    resolved = config.resolved()
+    technique = build_adaptation(config.adaptation, resolved["adaptation_params"])
+    loaded = clock("load_model", lambda: load_model(config.model))
+    technique.check_family(loaded.family.name)
+    size = config.split
+    split = clock(
+        "split",
+        lambda: draw_split(
+            load_dataset(config.dataset), size.members, size.nonmembers, size.validation, config.seed
+        ),
+    )
+    split_file = shared_split(shared, config, split)
+    model_id = Path(loaded.path).name if loaded.spec.source == "tiny" else loaded.spec.name
+    base_identity = identity_of(loaded.model, loaded.tokenizer, model_id, loaded.spec.revision, "none")
+    model = apply_seeded(technique, loaded.model, loaded.family, seed=config.seed)
+    train_config = TrainConfig(
+        epochs=resolved["train"]["epochs"],
+        lr=resolved["train"]["lr"],
+        batch_size=config.train.batch_size,
+        max_length=config.train.max_length,
+        seed=config.seed,
+    )
+    result = clock(
+        "train", lambda: train(model, loaded.tokenizer, split.members, train_config, loaded.seq2seq)
+    )
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    adaptation_hash = "none"
+    if config.adaptation != "none":
+        clock("save", lambda: technique.save(model, cell_dir / "adapter"))
+        adaptation_hash = directory_hash(cell_dir / "adapter")
+    max_length = config.train.max_length
+    utility = clock(
+        "utility",
+        lambda: validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq),
+    )
+    target = Scorer(
+        model,
+        loaded.tokenizer,
+        loaded.seq2seq,
+        identity_of(model, loaded.tokenizer, model_id, loaded.spec.revision, adaptation_hash),
+    )
+    reference = reference_for(config, loaded, base_identity)
+    examples, member = scored_examples(split)
+    evaluate(
+        target,
+        examples,
+        member,
+        {name: resolved["attack_params"][name] for name in config.attacks},
+        cell_dir,
+        shared,
+        reference,
+        max_length,
+        config.score.batch_size,
+        config.score.bootstrap,
+        config.seed,
+        clock,
+    )
+    return {
+        "cell_id": cell_id,
+        "config": resolved,
+        "model": {"name": config.model, "family": loaded.family.name, "path_name": model_id},
+        "provenance": {
+            "results_format": RESULTS_FORMAT,
+            "split": split.hashes(),
+            "split_file": str(split_file.relative_to(shared.parent)),
+            "adaptation_hash": adaptation_hash,
+        },
+        "trainable_params": trainable,
+        "train": {
+            "epochs": result.epochs,
+            "lr": result.lr,
+            "steps": result.steps,
+            "seconds": result.seconds,
+            "epoch_losses": result.epoch_losses,
+        },
+        "utility_loss": utility,
+        "n_members": len(split.members),
+        "n_nonmembers": len(split.nonmembers),
+        "timings": clock.seconds,
+    }
+
+
+def reference_for(config: CellConfig, loaded: Any, base_identity: Any) -> Any:
+    """The reference model: the un-adapted base unless the config names one. The base is reloaded (the
+    adaptation changed the loaded copy) only if its signals are not in the shared store yet."""
+    from .evaluate import Reference, Scorer, identity_of
+    from .models import load_model
+
+    if config.reference is None:
+        if config.adaptation == "none":  # the target is the base itself
+            return Reference(
+                base_identity, lambda: Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, base_identity)
+            )
+
+        def reload() -> Any:
+            fresh = load_model(config.model)
+            return Scorer(fresh.model, fresh.tokenizer, fresh.seq2seq, base_identity)
+
+        return Reference(base_identity, reload)
+    other = load_model(config.reference)
+    spec = other.spec
+    name = Path(other.path).name if spec.source == "tiny" else spec.name
+    scorer = Scorer(
+        other.model,
+        other.tokenizer,
+        other.seq2seq,
+        identity_of(other.model, other.tokenizer, name, spec.revision, "none"),
+    )
+    return Reference(scorer.identity, lambda: scorer)
+
+
+def split_record(split: Any) -> dict[str, Any]:
+    return {
+        part: [e.sample_id for e in getattr(split, part)] for part in ("members", "nonmembers", "validation")
+    }
+
+
+def shared_split(shared: Path, config: CellConfig, split: Any) -> Path:
+    """Write the split's ids once under ``shared/splits/`` (what every cell of the split trained on)."""
+    hashes = split.hashes()
+    path = shared / "splits" / f"{slug(config.dataset)}__s{config.seed}__{hashes['split'][:8]}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {"hashes": hashes, **split_record(split)})
+    return path
+
+
+def scored_examples(split: Any) -> tuple[list[Example], np.ndarray]:
+    examples = list(split.members) + list(split.nonmembers)
+    member = np.r_[np.ones(len(split.members), bool), np.zeros(len(split.nonmembers), bool)]
+    return examples, member

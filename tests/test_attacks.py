@@ -1,0 +1,128 @@
+"""Golden tests: every attack's formula on hand-made signals, against scores computed by hand."""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+
+from privauditor.tasks.attacks import ATTACKS, build_attack
+from privauditor.tasks.config import DEFAULT_ATTACKS
+from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.signals import Signals, zlib_bytes
+
+
+def f32(*values):
+    return np.array(values, dtype=np.float32)
+
+
+def make_signals(logp, mu=None, sigma=None, zlib_sizes=None, neighbour_nll=None, grad_norm=None):
+    n = len(logp)
+    return Signals(
+        sample_id=[f"s{i}" for i in range(n)],
+        member=np.array([i % 2 == 0 for i in range(n)]),
+        token_ids=[np.arange(len(lp), dtype=np.int32) for lp in logp],
+        logp=logp,
+        mu=mu or [np.zeros_like(lp) for lp in logp],
+        sigma=sigma or [np.ones_like(lp) for lp in logp],
+        zlib_bytes=np.array(zlib_sizes or [10] * n, dtype=np.int64),
+        neighbour_nll=neighbour_nll,
+        grad_norm=None if grad_norm is None else np.array(grad_norm, dtype=np.float64),
+    )
+
+
+TWO = [f32(-1.0, -2.0, -3.0, -4.0, -5.0), f32(-0.5, -0.5)]
+
+
+def test_every_design_attack_is_registered_under_its_file_stem():
+    assert set(DEFAULT_ATTACKS) <= set(ATTACKS.names())
+    for name, cls in ATTACKS.items():
+        assert cls.name == name and cls.__module__.endswith(f".{name}") and cls.paper.startswith("https://")
+
+
+def test_loss_is_minus_mean_token_nll():
+    scores = build_attack("loss").score(make_signals(TWO))
+    assert scores == pytest.approx([-3.0, -0.5])
+
+
+def test_zlib_divides_nll_by_compressed_bytes():
+    scores = build_attack("zlib").score(make_signals(TWO, zlib_sizes=[30, 4]))
+    assert scores == pytest.approx([-3.0 / 30, -0.5 / 4])
+    assert zlib_bytes("abcabcabc") == len(zlib.compress(b"abcabcabc"))
+    assert zlib_bytes("é") == len(zlib.compress("é".encode()))
+
+
+@pytest.mark.parametrize(("k", "expected"), [(0.2, [-5.0, -0.5]), (0.4, [-4.5, -0.5]), (1.0, [-3.0, -0.5])])
+def test_min_k_averages_the_lowest_k_percent(k, expected):
+    # 20 % of 5 tokens is 1 token, of 2 tokens ceil(0.4) = 1 token; 40 % of 5 is 2 tokens
+    assert build_attack("min_k", {"k": k}).score(make_signals(TWO)) == pytest.approx(expected)
+
+
+def test_min_k_pp_standardises_each_token_by_mu_and_sigma():
+    logp = [f32(-1.0, -2.0, -6.0, -3.0, -2.5)]
+    mu = [f32(-2.0, -2.0, -4.0, -1.0, -2.5)]
+    sigma = [f32(1.0, 2.0, 1.0, 0.5, 1.0)]
+    # z = [1, 0, -2, -4, 0]; lowest 40 % (2 tokens) = -4 and -2
+    scores = build_attack("min_k_pp", {"k": 0.4}).score(make_signals(logp, mu, sigma))
+    assert scores == pytest.approx([-3.0])
+
+
+def test_reference_is_reference_nll_minus_target_nll():
+    target = make_signals(TWO)
+    reference = make_signals([f32(-4.0, -4.0), f32(-0.25, -0.75, -0.5)])
+    assert build_attack("reference").score(target, reference) == pytest.approx([4.0 - 3.0, 0.5 - 0.5])
+    with pytest.raises(ValueError, match="reference"):
+        build_attack("reference").score(target)
+
+
+def test_neighbourhood_is_mean_neighbour_nll_minus_own_nll():
+    signals = make_signals(TWO, neighbour_nll=[np.array([4.0, 5.0, 9.0]), np.array([1.0, 2.0, 3.0])])
+    assert build_attack("neighbourhood", {"k": 3}).score(signals) == pytest.approx([6.0 - 3.0, 2.0 - 0.5])
+    assert build_attack("neighbourhood", {"k": 2}).score(signals) == pytest.approx([4.5 - 3.0, 1.5 - 0.5])
+
+
+def test_gradnorm_scores_small_gradients_as_members():
+    assert build_attack("gradnorm").score(make_signals(TWO, grad_norm=[3.0, 0.5])) == pytest.approx(
+        [-3.0, -0.5]
+    )
+
+
+def test_attacks_declare_the_views_they_need():
+    needs = {name: cls.needs for name, cls in ATTACKS.items()}
+    assert needs["reference"] == ("reference",) and needs["neighbourhood"] == ("neighbours",)
+    assert needs["gradnorm"] == ("gradients",) and needs["loss"] == needs["min_k_pp"] == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "match"),
+    [
+        ("min_k", {"k": 0}, "fraction"),
+        ("min_k_pp", {"k": 1.5}, "fraction"),
+        ("neighbourhood", {"k": 0}, "positive int"),
+        ("neighbourhood", {"mask_fraction": 1.0}, "mask_fraction"),
+        ("gradnorm", {"norm": -1}, "positive"),
+        ("min_k", {"kk": 0.2}, "did you mean 'k'"),
+    ],
+)
+def test_bad_hyper_parameters_are_one_line_errors(name, params, match):
+    with pytest.raises(PrivauditorError, match=match) as error:
+        build_attack(name, params)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_attack_suggests_the_closest_name():
+    with pytest.raises(PrivauditorError, match="did you mean 'min_k_pp'"):
+        build_attack("min_kpp")
+
+
+def test_scores_order_members_above_nonmembers_when_they_are_more_likely():
+    rng = np.random.default_rng(0)
+    member_logp = [f32(*rng.normal(-1.0, 0.3, 20)) for _ in range(5)]
+    other_logp = [f32(*rng.normal(-3.0, 0.3, 20)) for _ in range(5)]
+    signals = make_signals(member_logp + other_logp)
+    for name in ("loss", "zlib", "min_k", "min_k_pp"):
+        scores = build_attack(name).score(signals)
+        assert scores[:5].min() > scores[5:].max(), name
+        assert all(math.isfinite(s) for s in scores)

@@ -1,0 +1,144 @@
+"""One audit cell end to end (``privauditor cell``): the results-folder contract and the validity checks."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from privauditor.orchestrator.cli import main
+from privauditor.tasks.cell import run_cell
+from privauditor.tasks.config import DEFAULT_ATTACKS, cell_config
+from privauditor.tasks.errors import PrivauditorError
+
+SIGNAL_COLUMNS = {"sample_id", "member", "token_ids", "logp", "mu", "sigma"}
+METRIC_KEYS = {"auc", "auc_ci", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "roc"}
+
+
+def cell(out, model="tiny-llama", adaptation="lora", dataset="finance", *assignments):
+    config = cell_config({"model": model, "adaptation": adaptation, "dataset": dataset}, list(assignments))
+    return run_cell(config, out)
+
+
+def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
+    """The acceptance cell: tiny-llama x lora x finance at default sizes, every attack, via the CLI."""
+    out = tmp_path / "results"
+    argv = [
+        "cell",
+        "--model",
+        "tiny-llama",
+        "--adaptation",
+        "lora",
+        "--dataset",
+        "finance",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    (cell_dir,) = (out / "cells").iterdir()
+    assert (
+        cell_dir.name.startswith("tiny-llama__lora__finance__s0__")
+        and len(cell_dir.name.split("__")[-1]) == 8
+    )
+    names = {p.name for p in cell_dir.iterdir()}
+    assert {"cell.json", "adapter", "signals.parquet", "scores.parquet", "metrics.json", "DONE"} <= names
+    signals = pq.read_table(cell_dir / "signals.parquet")
+    assert set(signals.column_names) >= SIGNAL_COLUMNS and signals.num_rows == 200
+    scores = pq.read_table(cell_dir / "scores.parquet")
+    assert scores.column_names == ["sample_id", "member", "attack", "score"]
+    assert (
+        scores.num_rows == 200 * len(DEFAULT_ATTACKS) and str(scores.schema.field("score").type) == "double"
+    )
+    metrics = json.loads((cell_dir / "metrics.json").read_text())
+    assert set(metrics) == set(DEFAULT_ATTACKS) and all(set(m) >= METRIC_KEYS for m in metrics.values())
+    assert metrics["loss"]["tpr_at_0.1pct_fpr"] is None  # 100 non-members cannot measure 0.1 % FPR
+    record = json.loads((cell_dir / "cell.json").read_text())
+    assert record["trainable_params"] > 0 and record["config"]["train"]["lr"] == 3e-3
+    assert record["provenance"]["split"]["members"] and record["versions"]["torch"]
+    assert (out / "privauditor.json").exists() and (out / "plots" / f"{cell_dir.name}.png").stat().st_size > 0
+    assert "loss" in printed and "AUC" in printed
+    low, high = metrics["loss"]["auc_ci"]
+    assert low <= metrics["loss"]["auc"] <= high
+    # the reference signals went to the shared store; a `none` cell of the same split reuses them
+    shared = sorted((out / "shared" / "signals").glob("*.parquet"))
+    assert len(shared) == 1
+    cell(out, "tiny-llama", "none", "finance", "attacks=[loss,reference]")
+    assert sorted((out / "shared" / "signals").glob("*.parquet")) == shared
+    # a rerun finds DONE and does nothing
+    assert main(argv) == 0 and "already done" in capsys.readouterr().out
+
+
+def test_canary_cell_memorises(tmp_path):
+    outcome = cell(
+        tmp_path, "tiny-gpt2", "full", "finance",
+        "split={members: 16, nonmembers: 16, validation: 8}", "train.epochs=40", "train.lr=0.003", "attacks=[loss]",
+    )  # fmt: skip
+    assert outcome.metrics["loss"]["auc"] >= 0.95
+
+
+def test_untrained_model_gives_every_attack_chance_auc(tmp_path):
+    outcome = cell(
+        tmp_path, "tiny-opt", "none", "climate",
+        "split={members: 150, nonmembers: 150, validation: 10}", "attack_params.neighbourhood.k=4",
+    )  # fmt: skip
+    aucs = {name: m["auc"] for name, m in outcome.metrics.items()}
+    assert set(aucs) == set(DEFAULT_ATTACKS)
+    assert all(abs(auc - 0.5) <= 0.1 for auc in aucs.values()), aucs
+
+
+def test_t5_cell_scores_decoder_targets(tmp_path):
+    outcome = cell(
+        tmp_path, "tiny-t5", "prompt", "sql",
+        "split={members: 8, nonmembers: 8, validation: 4}", "train.epochs=1",
+        "attacks=[loss,min_k_pp,neighbourhood,gradnorm]", "attack_params.neighbourhood.k=2",
+    )  # fmt: skip
+    signals = pq.read_table(outcome.path / "signals.parquet")
+    assert signals.num_rows == 16 and all(len(n) == 2 for n in signals.column("neighbour_nll").to_pylist())
+    assert all(0.0 <= m["auc"] <= 1.0 for m in outcome.metrics.values())
+
+
+def test_settings_make_the_cell_id_and_bad_settings_are_one_line_errors(tmp_path):
+    base = {"model": "tiny-llama", "adaptation": "lora", "dataset": "finance"}
+    ids = {
+        cell_config(base, s).cell_id()
+        for s in ([], ["train.lr=0.01"], ["split.members=64"], ["attack_params.min_k.k=0.1"], ["seed=1"])
+    }
+    assert len(ids) == 5
+    assert (
+        cell_config(base, ["train.lr=0.003"]).cell_id() == cell_config(base).cell_id()
+    )  # the default, made explicit
+    for bad, match in [
+        (["split.member=5"], "did you mean 'members'"),
+        (["train.lr=fast"], "must be float"),
+        (["attacks=[los]"], "did you mean 'loss'"),
+        (["adaptation_params.lora.alhpa=4"], "did you mean 'alpha'"),
+        (["split.members=0"], "at least 1"),
+        (["seed"], "key=value"),
+    ]:
+        with pytest.raises(PrivauditorError, match=match) as error:
+            cell_config(base, bad)
+        assert "\n" not in str(error.value)
+
+
+def test_cli_errors_exit_2_and_leave_nothing(tmp_path, capsys):
+    out = tmp_path / "r"
+    argv = [
+        "cell",
+        "--model",
+        "tiny-opt",
+        "--adaptation",
+        "llama_adapter",
+        "--dataset",
+        "finance",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 2
+    assert "llama" in capsys.readouterr().err and not out.exists()
+    out.mkdir()
+    (out / "privauditor.json").write_text('{"results_format": 999}')
+    argv = ["cell", "--model", "tiny-opt", "--adaptation", "none", "--dataset", "finance", "--out", str(out)]
+    assert main([*argv, "--set", "attacks=[loss]"]) == 2
+    assert "results format" in capsys.readouterr().err and not (out / "cells").exists()
