@@ -18,7 +18,7 @@ from privauditor.tasks.errors import PrivauditorError
 
 from . import tables
 
-LISTABLE = ("models", "datasets", "adaptations", "attacks")
+LISTABLE = ("models", "datasets", "adaptations", "attacks", "sweeps")
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -67,6 +67,64 @@ def _cell(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from .sweep import load_sweep
+
+    sweep = load_sweep(args.sweep, args.set or [])
+    rows = [[c.cell_id(), c.model, c.adaptation, c.dataset, c.seed] for c in sweep.cells]
+    print(tables.render(["cell_id", "model", "adaptation", "dataset", "seed"], rows))
+    print(f"\nsweep '{sweep.name}': {len(sweep.cells)} cells")
+    for dropped in sweep.dropped:
+        print(f"dropped {dropped.model} x {dropped.adaptation}: {dropped.reason}")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .runner import run_sweep
+    from .sweep import load_sweep
+
+    sweep = load_sweep(args.sweep, args.set or [])
+    out = Path(args.out or Path("results") / sweep.name)
+    return run_sweep(sweep, out, address=args.address, max_concurrent=args.max_concurrent)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .leaderboard import build, summary
+
+    out = Path(args.dir)
+    if not (out / "cells").is_dir():
+        raise PrivauditorError(f"{out} is not a results folder (no cells/ inside)")
+    found = build(out)
+    print(tables.render(["adaptation", "AUC mean ± std", "rows"], summary(found, "adaptation")))
+    print(f"leaderboard: {out / 'leaderboard.html'} ({len(found)} rows)")
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from privauditor.tasks.audit import run_audit
+    from privauditor.tasks.config import cell_config
+
+    from .leaderboard import build
+    from .plots import roc_png
+
+    settings = {"model": args.model, "adaptation": "none", "dataset": args.members}
+    config = cell_config(settings, args.set or [])
+    out = Path(args.out)
+    outcome = run_audit(args.model, args.members, args.nonmembers, out, args.adapter, args.reference, config)
+    print(f"audit {outcome.cell_id} {'already done' if outcome.skipped else 'done'}: {outcome.path}")
+    print(tables.metrics_table(outcome.metrics))
+    png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
+    build(out)
+    print(f"ROC (log-log): {png}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="privauditor", description="Privacy audits of adapted language models."
@@ -99,6 +157,54 @@ def build_parser() -> argparse.ArgumentParser:
         "attack_params.neighbourhood.k=10 (repeatable)",
     )
     cell.set_defaults(handler=_cell)
+
+    validate = commands.add_parser(
+        "validate", help="expand a sweep file and print its cells (no Ray, no training)"
+    )
+    validate.add_argument(
+        "sweep", help="sweep YAML, or the name of a shipped sweep (smoke, quick, default, paper)"
+    )
+    validate.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell"
+    )
+    validate.set_defaults(handler=_validate)
+
+    run = commands.add_parser(
+        "run", help="run a sweep on Ray and build its leaderboard (resumes if OUT exists)"
+    )
+    run.add_argument(
+        "sweep", nargs="?", default="default", help="sweep YAML or shipped sweep name (default: default)"
+    )
+    run.add_argument("--out", help="results folder (default: results/<sweep name>)")
+    run.add_argument("--address", help="Ray cluster address, e.g. auto (default: a local Ray)")
+    run.add_argument("--max-concurrent", type=int, help="at most N cells at once")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell")
+    run.set_defaults(handler=_run)
+
+    audit = commands.add_parser(
+        "audit", help="attack your own adapted model on your member / non-member files"
+    )
+    audit.add_argument("--model", required=True, help="Hugging Face id or local checkpoint directory")
+    audit.add_argument("--adapter", help="peft adapter directory, or a cell's adapter/ directory")
+    audit.add_argument(
+        "--reference", help="reference model for the reference attack (default: the adapter's base)"
+    )
+    audit.add_argument(
+        "--members", required=True, help="JSONL / CSV / Parquet (text, or prompt + target) or .txt"
+    )
+    audit.add_argument("--nonmembers", required=True, help="same formats as --members")
+    audit.add_argument("--out", required=True, help="results folder")
+    audit.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="attacks=[...], attack_params.*, score.*, train.max_length",
+    )
+    audit.set_defaults(handler=_audit)
+
+    report = commands.add_parser("report", help="rebuild the leaderboard files from the cells on disk")
+    report.add_argument("dir", help="results folder")
+    report.set_defaults(handler=_report)
     return parser
 
 

@@ -42,6 +42,21 @@ def listing(what: str) -> str:
         return render(["dataset", "real dataset", "fields", "offline records"], rows)
     if what == "adaptations":
         return adaptations_listing()
+    if what == "sweeps":
+        from .sweep import SWEEPS_DIR, load_sweep
+
+        rows = []
+        for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+            sweep = load_sweep(str(path))
+            rows.append(
+                [
+                    path.stem,
+                    len(sweep.cells),
+                    len(sweep.dropped),
+                    path.read_text().splitlines()[0].lstrip("# "),
+                ]
+            )
+        return render(["sweep", "cells", "dropped pairs", "about"], rows)
     return attacks_listing()
 
 

@@ -1,0 +1,122 @@
+"""The self-contained HTML leaderboard: no network, no external files (images are embedded).
+
+It holds the per-adaptation and per-attack summaries (mean ± std AUC), the privacy–utility view (each
+cell's best attack AUC against its validation NLL), a sortable table of every (cell, attack) row (click a
+header to sort) and the log-log ROC images of the cells with the highest AUC.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+MAX_ROC_IMAGES = 24
+
+SCRIPT = """
+document.querySelectorAll('table.sortable th').forEach((th, col) => th.addEventListener('click', () => {
+  const body = th.closest('table').tBodies[0];
+  const up = th.dataset.dir !== 'asc'; th.dataset.dir = up ? 'asc' : 'desc';
+  const key = r => { const t = r.cells[col].textContent; const n = parseFloat(t); return isNaN(n) ? t : n; };
+  [...body.rows].sort((a, b) => (key(a) > key(b) ? 1 : key(a) < key(b) ? -1 : 0) * (up ? 1 : -1))
+    .forEach(r => body.appendChild(r));
+}));
+"""
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
+table.sortable th { cursor: pointer; background: #f0f0f0; }
+.grid { display: flex; flex-wrap: wrap; gap: 8px; } .grid img { width: 320px; }
+"""
+
+
+def _table(header: list[str], body: list[list[Any]], sortable: bool = False) -> str:
+    cls = ' class="sortable"' if sortable else ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in body)
+    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _img(data: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+
+
+def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
+    """Scatter: per cell, validation NLL (utility, lower is better) vs its best attack's AUC."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    best: dict[str, dict[str, Any]] = {}
+    for r in found:
+        if r["cell_id"] not in best or r["auc"] > best[r["cell_id"]]["auc"]:
+            best[r["cell_id"]] = r
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=90)
+    for adaptation in sorted({r["adaptation"] for r in best.values()}):
+        points = [(r["utility_loss"], r["auc"]) for r in best.values() if r["adaptation"] == adaptation]
+        ax.scatter(*zip(*points, strict=True), label=adaptation, s=18)
+    ax.set(xlabel="validation NLL (utility, lower is better)", ylabel="best attack AUC (privacy risk)")
+    ax.axhline(0.5, color="k", linewidth=0.6, linestyle="--")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
+    from .leaderboard import summary
+
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>privauditor leaderboard</title>"]
+    parts.append(f"<style>{STYLE}</style></head><body><h1>privauditor leaderboard</h1>")
+    cells = len({r["cell_id"] for r in found})
+    parts.append(f"<p>{cells} finished cells, {len(found)} (cell, attack) rows.</p>")
+    if found:
+        parts.append(
+            "<h2>Per adaptation</h2>"
+            + _table(["adaptation", "AUC mean ± std", "rows"], summary(found, "adaptation"))
+        )
+        parts.append(
+            "<h2>Per attack</h2>" + _table(["attack", "AUC mean ± std", "rows"], summary(found, "attack"))
+        )
+        parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(found), "privacy-utility"))
+    header = [
+        "model",
+        "adaptation",
+        "dataset",
+        "seed",
+        "attack",
+        "AUC",
+        "CI low",
+        "CI high",
+        "TPR@1%FPR",
+        "val NLL",
+        "trainable",
+    ]
+    body = [
+        [
+            r["model"], r["adaptation"], r["dataset"], r["seed"], r["attack"], f"{r['auc']:.3f}",
+            f"{r['auc_ci_low']:.3f}", f"{r['auc_ci_high']:.3f}",
+            "-" if r["tpr_at_1pct_fpr"] is None else f"{r['tpr_at_1pct_fpr']:.3f}",
+            f"{r['utility_loss']:.3f}", r["trainable_params"],
+        ]
+        for r in sorted(found, key=lambda r: -r["auc"])
+    ]  # fmt: skip
+    parts.append(
+        "<h2>All results</h2><p>Click a column header to sort.</p>" + _table(header, body, sortable=True)
+    )
+    ranked = sorted({r["cell_id"]: r["auc"] for r in found}.items(), key=lambda kv: -kv[1])
+    images = [(cid, Path(out) / "plots" / f"{cid}.png") for cid, _ in ranked[:MAX_ROC_IMAGES]]
+    images = [_img(p.read_bytes(), cid) for cid, p in images if p.exists()]
+    if images:
+        parts.append(
+            "<h2>ROC curves (log-log), highest-AUC cells</h2><div class='grid'>" + "".join(images) + "</div>"
+        )
+    parts.append(f"<script>{SCRIPT}</script></body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,157 @@
+"""The leaderboard: one row per (cell, attack) from the finished cells on disk.
+
+:func:`build` reads every ``cells/*/`` with ``DONE`` (their ``cell.json`` and ``metrics.json``) and writes
+``leaderboard.parquet``, ``.csv``, ``.md`` and ``.html`` atomically; it is what ``privauditor report DIR``
+runs and what a sweep calls as cells finish. Columns: the design's contract (``cell_id, model,
+adaptation, dataset, seed, attack, auc, auc_ci_low, auc_ci_high, tpr_at_0.1pct_fpr, tpr_at_1pct_fpr,
+n_members, n_nonmembers, utility_loss, trainable_params, train_seconds``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+COLUMNS = [
+    "cell_id",
+    "model",
+    "adaptation",
+    "dataset",
+    "seed",
+    "attack",
+    "auc",
+    "auc_ci_low",
+    "auc_ci_high",
+    "tpr_at_0.1pct_fpr",
+    "tpr_at_1pct_fpr",
+    "n_members",
+    "n_nonmembers",
+    "utility_loss",
+    "trainable_params",
+    "train_seconds",
+]
+
+
+def rows(out: Path) -> list[dict[str, Any]]:
+    """One dict per (finished cell, attack), sorted by cell id then attack."""
+    found = []
+    for cell_dir in sorted((Path(out) / "cells").glob("*/")):
+        if not (cell_dir / "DONE").exists():
+            continue
+        record = json.loads((cell_dir / "cell.json").read_text())
+        metrics = json.loads((cell_dir / "metrics.json").read_text())
+        config = record["config"]
+        for attack in sorted(metrics):
+            m = metrics[attack]
+            if "auc" not in m:
+                continue
+            found.append(
+                {
+                    "cell_id": record["cell_id"],
+                    "model": config["model"],
+                    "adaptation": config["adaptation"],
+                    "dataset": config["dataset"],
+                    "seed": config["seed"],
+                    "attack": attack,
+                    "auc": m["auc"],
+                    "auc_ci_low": m["auc_ci"][0],
+                    "auc_ci_high": m["auc_ci"][1],
+                    "tpr_at_0.1pct_fpr": m["tpr_at_0.1pct_fpr"],
+                    "tpr_at_1pct_fpr": m["tpr_at_1pct_fpr"],
+                    "n_members": m["n_members"],
+                    "n_nonmembers": m["n_nonmembers"],
+                    "utility_loss": record["utility_loss"],
+                    "trainable_params": record["trainable_params"],
+                    "train_seconds": record["train"]["seconds"],
+                }
+            )
+    return found
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
+    """Mean ± std AUC per value of ``by`` (e.g. adaptation), and the number of (cell, attack) rows."""
+    import numpy as np
+
+    groups: dict[str, list[float]] = {}
+    for row in found:
+        groups.setdefault(str(row[by]), []).append(row["auc"])
+    return [
+        [key, f"{np.mean(v):.3f} ± {np.std(v):.3f}", len(v)]
+        for key, v in sorted(groups.items(), key=lambda kv: -float(np.mean(kv[1])))
+    ]
+
+
+def build(out: Path) -> list[dict[str, Any]]:
+    """Rebuild every leaderboard file under ``out`` from the finished cells; returns the rows."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from .html import leaderboard_html
+
+    out = Path(out)
+    found = rows(out)
+    table = pa.Table.from_pylist(found, schema=_schema()) if found else _schema().empty_table()
+    _atomic(out / "leaderboard.parquet", lambda p: pq.write_table(table, p))
+    _atomic(out / "leaderboard.csv", lambda p: pacsv.write_csv(table, p))
+    header = ["model", "adaptation", "dataset", "seed", "attack", "AUC", "95% CI", "TPR@1%FPR", "val NLL"]
+    body = [
+        [
+            r["model"],
+            r["adaptation"],
+            r["dataset"],
+            r["seed"],
+            r["attack"],
+            f"{r['auc']:.3f}",
+            f"[{r['auc_ci_low']:.3f}, {r['auc_ci_high']:.3f}]",
+            "-" if r["tpr_at_1pct_fpr"] is None else f"{r['tpr_at_1pct_fpr']:.3f}",
+            f"{r['utility_loss']:.3f}",
+        ]
+        for r in sorted(found, key=lambda r: -r["auc"])
+    ]
+    markdown = [
+        "# Leaderboard",
+        "",
+        "Mean ± std AUC per adaptation (across models, datasets, seeds and attacks):",
+        "",
+        _markdown(["adaptation", "AUC", "rows"], summary(found, "adaptation")),
+        "",
+        "Mean ± std AUC per attack:",
+        "",
+        _markdown(["attack", "AUC", "rows"], summary(found, "attack")),
+        "",
+        "Every (cell, attack), highest AUC first:",
+        "",
+        _markdown(header, body),
+        "",
+    ]
+    _atomic(out / "leaderboard.md", lambda p: p.write_text("\n".join(markdown)))
+    _atomic(out / "leaderboard.html", lambda p: p.write_text(leaderboard_html(out, found)))
+    return found
+
+
+def _markdown(header: list[str], body: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def _schema():
+    import pyarrow as pa
+
+    types = {
+        "seed": pa.int64(),
+        "n_members": pa.int64(),
+        "n_nonmembers": pa.int64(),
+        "trainable_params": pa.int64(),
+    }
+    strings = {"cell_id", "model", "adaptation", "dataset", "attack"}
+    return pa.schema([(c, pa.string() if c in strings else types.get(c, pa.float64())) for c in COLUMNS])

@@ -1,0 +1,174 @@
+"""``privauditor run``: a sweep's cells as Ray Tune trials, finished cells skipped, a leaderboard at the end.
+
+Each cell is one trial (``tune.with_resources``: CPUs from ``run.cpus_per_trial``, GPUs from the model
+spec when CUDA is there), at most ``run.max_concurrent_trials`` at once, retried ``run.max_failures`` times
+(``FailureConfig``), with worker processes reused between cells (``reuse_actors``) so imports are paid
+once per worker. Cells whose folder has ``DONE`` are not scheduled at all, so a rerun after a crash, or
+after adding cells to the sweep, runs only what is missing. Work cells share is done once: every base
+model is built by one Ray task before the trials start, and the shared signals / neighbours are written
+under file locks in ``OUT/shared/`` by the first cell that needs them. The leaderboard is rebuilt as
+each trial finishes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from privauditor.tasks.cell import check_results_dir
+from privauditor.tasks.config import cell_config
+
+from .sweep import Sweep
+
+FORWARDED_ENV = ("PRIVAUDITOR_", "HF_", "TRANSFORMERS_", "WANDB_", "TOKENIZERS_", "XDG_CACHE_HOME")
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
+
+
+def _trial(
+    config: dict[str, Any],
+    out: str,
+    settings: dict[str, dict[str, Any]],
+    threads: int,
+    sweep: Sweep | None = None,
+) -> None:
+    """One cell, inside a Ray Tune trial; a finished cell is mirrored to W&B from here (once: a retried
+    trial logs only when it succeeds)."""
+    import json
+
+    import torch
+    from ray import tune
+
+    from privauditor.tasks.cell import run_cell
+
+    from .plots import roc_png
+
+    torch.set_num_threads(threads)  # two trials' thread pools on the same cores slow both many times over
+    cell = cell_config(settings[config["cell_id"]])
+    outcome = run_cell(cell, Path(out))
+    roc_png(outcome.metrics, Path(out) / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
+    if sweep is not None and not outcome.skipped:
+        from .tracking import log_cell
+
+        record = json.loads((outcome.path / "cell.json").read_text())
+        log_cell(sweep.wandb, sweep.name, Path(out), record, outcome.metrics)
+    aucs = [m["auc"] for m in outcome.metrics.values() if "auc" in m]
+    tune.report({"max_auc": max(aucs) if aucs else float("nan"), "skipped": outcome.skipped})
+
+
+def _build_base(name: str) -> str:
+    from privauditor.tasks.models import checkpoint_path, resolve_model
+
+    return str(checkpoint_path(resolve_model(name)))
+
+
+def _build_masked_lm() -> str:
+    from privauditor.tasks.models._tiny import masked_lm_dir
+
+    return str(masked_lm_dir())
+
+
+def pending(sweep: Sweep, out: Path) -> list[Any]:
+    """The sweep's cells without ``DONE`` under ``out``."""
+    return [c for c in sweep.cells if not (out / "cells" / c.cell_id() / "DONE").exists()]
+
+
+def run_sweep(sweep: Sweep, out: Path, address: str | None = None, max_concurrent: int | None = None) -> int:
+    """Run every cell of ``sweep`` that is not DONE under ``out``; returns the exit code."""
+    import yaml
+
+    from .leaderboard import build
+
+    out = Path(out).resolve()
+    check_results_dir(out)
+    (out / "sweep.yaml").write_text(yaml.safe_dump(sweep.resolved(), sort_keys=False))
+    todo = pending(sweep, out)
+    print(f"sweep '{sweep.name}': {len(sweep.cells)} cells, {len(sweep.cells) - len(todo)} already done, "
+          f"{len(todo)} to run; results in {out}", flush=True)  # fmt: skip
+    for dropped in sweep.dropped:
+        print(f"  dropped {dropped.model} x {dropped.adaptation}: {dropped.reason}")
+    failures: list[tuple[str, str]] = []
+    if todo:
+        failures = _tune(sweep, todo, out, address, max_concurrent)
+    found = build(out)
+    if todo:
+        from .tracking import log_leaderboard
+
+        log_leaderboard(sweep.wandb, sweep.name, out, found)
+    print(f"leaderboard: {out / 'leaderboard.html'} ({len(found)} rows)")
+    for cell_id, error in failures:
+        print(f"FAILED {cell_id}: {error}")
+    return 1 if failures else 0
+
+
+def _tune(sweep: Sweep, todo: list[Any], out: Path, address: str | None, max_concurrent: int | None) -> list:
+    import ray
+    from ray import tune
+
+    from .leaderboard import build
+
+    run = sweep.run
+    started = time.perf_counter()
+    if not ray.is_initialized():
+        kwargs = {} if address else {"num_cpus": os.cpu_count()}
+        ray.init(address=address, include_dashboard=False, runtime_env={"env_vars": _env()}, **kwargs)
+    build_base, build_mlm = ray.remote(_build_base), ray.remote(_build_masked_lm)
+    shared = [build_base.remote(m) for m in sorted({c.model for c in todo})]
+    if any("neighbourhood" in c.attacks for c in todo):
+        shared.append(build_mlm.remote())
+    ray.get(shared)  # every base exists before the trials start: built once, not by racing trials
+    gpus = 0.0
+    if run.gpus_per_trial not in (None, "auto"):
+        gpus = float(run.gpus_per_trial)
+    elif run.gpus_per_trial == "auto" and ray.cluster_resources().get("GPU", 0) > 0:
+        gpus = 1.0
+    settings = {c.cell_id(): dataclasses.asdict(c) | {"attacks": list(c.attacks)} for c in todo}
+    threads = max(1, int(run.cpus_per_trial))
+    trainable = tune.with_parameters(_trial, out=str(out), settings=settings, threads=threads, sweep=sweep)
+    trainable = tune.with_resources(trainable, {"cpu": run.cpus_per_trial, "gpu": gpus})
+
+    class Progress(tune.Callback):
+        """Rebuilds the leaderboard as cells finish and prints done / running / failed with an ETA."""
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            build(out)
+            self._line(trials)
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            self._line(trials)
+
+        def _line(self, trials):
+            states = [t.status for t in trials]
+            done, failed = states.count("TERMINATED"), states.count("ERROR")
+            running = states.count("RUNNING")
+            elapsed = time.perf_counter() - started
+            left = len(todo) - done - failed
+            eta = f"{elapsed / max(1, done + failed) * left / 60:.1f} min" if done + failed else "?"
+            print(f"[privauditor] cells {done + failed}/{len(todo)}: {done} done, {running} running, "
+                  f"{failed} failed; elapsed {elapsed / 60:.1f} min, ETA {eta}", flush=True)  # fmt: skip
+
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"cell_id": tune.grid_search(list(settings))},
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=max_concurrent or run.max_concurrent_trials, reuse_actors=True
+        ),
+        run_config=tune.RunConfig(
+            name=sweep.name,
+            storage_path=run.storage_path or str(out / "ray"),
+            failure_config=tune.FailureConfig(max_failures=run.max_failures),
+            callbacks=[Progress()],
+            verbose=1,
+        ),
+    )
+    results = tuner.fit()
+    failures = [(r.config["cell_id"], str(r.error).splitlines()[0]) for r in results if r.error]
+    print(
+        f"{len(todo) - len(failures)} cells ran, {len(failures)} failed, {time.perf_counter() - started:.0f} s"
+    )
+    return failures

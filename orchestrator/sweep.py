@@ -1,0 +1,187 @@
+"""Sweep files: strict YAML into frozen dataclasses, expanded into cells.
+
+A sweep names a matrix (``model`` × ``adaptation`` × ``dataset``) and ``seeds``, the cell settings every
+cell shares (``attacks``, ``split``, ``train``, ``score``, ``attack_params``, ``adaptation_params``,
+``reference``), ``exclude`` (partial cells to drop) and ``overrides`` (partial cells → settings merged
+on top; later overrides win), plus ``run`` and ``tracking`` blocks. Precedence: a technique's defaults <
+the sweep's blocks < ``overrides`` < ``--set``. An unknown key or name is a one-line error with "did you
+mean"; a (family, technique) pair the family cannot run is dropped from the matrix and listed.
+
+Example::
+
+    sweep = load_sweep("benchmarks/sweeps/smoke.yaml")
+    for cell in sweep.cells: print(cell.cell_id())
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import privauditor.sweeps as sweeps_package
+from privauditor.tasks.config import CellConfig, build_dataclass, cell_config
+from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.registry import unknown_name_message
+
+from .matrix import Dropped, expand
+
+MATRIX_KEYS = ("model", "adaptation", "dataset")
+CELL_KEYS = ("attacks", "split", "train", "score", "attack_params", "adaptation_params", "reference")
+TOP_KEYS = ("name", "seeds", "matrix", "exclude", "overrides", "run", "tracking", *CELL_KEYS)
+SWEEPS_DIR = Path(sweeps_package.__file__).resolve().parent  # benchmarks/sweeps, shipped as package data
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    max_concurrent_trials: int | None = None  # None: as many as the CPUs / GPUs allow
+    max_failures: int = 2  # retries per cell (Ray Tune FailureConfig)
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: str | None = "auto"  # "auto": the model spec's GPUs when CUDA is there, else 0
+    storage_path: str | None = None  # shared storage for Ray's trial state (default: OUT/ray)
+
+
+@dataclass(frozen=True)
+class WandbSettings:
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "privauditor"
+    entity: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("offline", "online", "disabled"):
+            raise PrivauditorError(
+                f"tracking.wandb.mode must be offline, online or disabled, not {self.mode!r}"
+            )
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    seeds: tuple[int, ...]
+    cells: tuple[CellConfig, ...]
+    dropped: tuple[Dropped, ...]
+    run: RunSettings
+    wandb: WandbSettings
+    source: dict[str, Any] = field(repr=False)
+
+    def resolved(self) -> dict[str, Any]:
+        """The sweep with every default filled in (written to ``OUT/sweep.yaml``)."""
+        data = copy.deepcopy(self.source)
+        data["run"] = dataclasses.asdict(self.run)
+        data["tracking"] = {"wandb": dataclasses.asdict(self.wandb)}
+        data["cells"] = [c.cell_id() for c in self.cells]
+        return data
+
+
+def _names(where: str, value: Any) -> list[Any]:
+    if isinstance(value, str | int):
+        return [value]
+    if not isinstance(value, list) or not value:
+        raise PrivauditorError(f"{where} must be a non-empty list, not {value!r}")
+    return value
+
+
+def _matches(partial: dict[str, Any], cell: dict[str, Any], where: str) -> bool:
+    for key, value in partial.items():
+        if key not in (*MATRIX_KEYS, "seed"):
+            raise PrivauditorError(unknown_name_message(f"key in {where}", str(key), [*MATRIX_KEYS, "seed"]))
+        if cell[key] not in (value if isinstance(value, list) else [value]):
+            return False
+    return True
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> Sweep:
+    """A validated :class:`Sweep` from the parsed YAML ``data``; ``assignments`` are ``--set`` overrides
+    applied to every cell."""
+    if not isinstance(data, dict):
+        raise PrivauditorError(f"{name}: a sweep file is a mapping of keys, not {type(data).__name__}")
+    for key in data:
+        if key not in TOP_KEYS:
+            raise PrivauditorError(f"{name}: " + unknown_name_message("sweep key", str(key), list(TOP_KEYS)))
+    matrix = data.get("matrix")
+    if not isinstance(matrix, dict):
+        raise PrivauditorError(f"{name}: matrix must map model, adaptation and dataset to lists")
+    for key in matrix:
+        if key not in MATRIX_KEYS:
+            raise PrivauditorError(
+                f"{name}: " + unknown_name_message("matrix key", str(key), list(MATRIX_KEYS))
+            )
+    axes = {key: _names(f"matrix.{key}", matrix.get(key)) for key in MATRIX_KEYS}
+    seeds = _names("seeds", data.get("seeds", [0]))
+    if not all(type(s) is int for s in seeds):
+        raise PrivauditorError(f"{name}: seeds must be integers, not {seeds!r}")
+    cells, dropped = expand(axes["model"], axes["adaptation"], axes["dataset"], seeds)
+    shared = {k: data[k] for k in CELL_KEYS if k in data}
+    exclude = data.get("exclude") or []
+    overrides = data.get("overrides") or []
+    for where, items in (("exclude", exclude), ("overrides", overrides)):
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise PrivauditorError(f"{name}: {where} must be a list of mappings")
+    configs = []
+    for cell in cells:
+        keys = {
+            "model": cell.model,
+            "adaptation": cell.adaptation,
+            "dataset": cell.dataset,
+            "seed": cell.seed,
+        }
+        if any(_matches(partial, keys, "exclude") for partial in exclude):
+            continue
+        settings = _merge(shared, keys)
+        for override in overrides:
+            match = {k: v for k, v in override.items() if k in (*MATRIX_KEYS, "seed")}
+            if _matches(match, keys, "overrides"):
+                extra = {k: v for k, v in override.items() if k not in match}
+                settings = _merge(settings, extra)
+                if any(k in MATRIX_KEYS for k in extra):
+                    raise PrivauditorError(f"{name}: an override cannot change {sorted(extra)}")
+        configs.append(cell_config(settings, list(assignments)))
+    run = build_dataclass(RunSettings, data.get("run") or {}, "run")
+    tracking = data.get("tracking") or {}
+    if not isinstance(tracking, dict) or set(tracking) - {"wandb"}:
+        raise PrivauditorError(f"{name}: tracking has one key, wandb")
+    wandb = build_dataclass(WandbSettings, tracking.get("wandb") or {}, "tracking.wandb")
+    sweep_name = data.get("name") or name
+    return Sweep(str(sweep_name), tuple(seeds), tuple(configs), tuple(dropped), run, wandb, data)
+
+
+def find_sweep(path_or_name: str) -> Path:
+    """A sweep file by path, or by the name of a shipped sweep (``smoke`` → benchmarks/sweeps/smoke.yaml)."""
+    path = Path(path_or_name)
+    if path.is_file():
+        return path
+    shipped = SWEEPS_DIR / f"{path_or_name.removesuffix('.yaml')}.yaml"
+    if shipped.is_file():
+        return shipped
+    known = sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml"))
+    raise PrivauditorError(
+        f"no sweep file {path_or_name!r} ({unknown_name_message('sweep', path.stem, known)})"
+    )
+
+
+def load_sweep(path_or_name: str, assignments: list[str] = ()) -> Sweep:
+    """Read, validate and expand a sweep file."""
+    import yaml
+
+    path = find_sweep(path_or_name)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise PrivauditorError(
+            f"{path}{where}: not valid YAML ({getattr(error, 'problem', error)})"
+        ) from None
+    return parse_sweep(data, path.stem, assignments)

@@ -1,0 +1,77 @@
+"""Weights & Biases mirroring: one run per finished cell, and the leaderboard as a table per sweep.
+
+Offline by default (no API key needed; runs land in ``OUT/wandb/`` for a later ``wandb sync``),
+``online`` when the sweep's ``tracking.wandb.mode`` says so, and a no-op when the mode is ``disabled``, the
+environment sets ``WANDB_MODE=disabled`` or wandb is not installed. Only settings and aggregate metrics
+are logged, never sample text: no signals, no scores, no neighbours.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def _wandb(settings: Any):
+    mode = os.environ.get("WANDB_MODE") or settings.mode
+    if mode == "disabled":
+        return None, mode
+    try:
+        import wandb
+    except ImportError:
+        log.info("wandb is not installed: tracking is off")
+        return None, mode
+    return wandb, mode
+
+
+def log_cell(
+    settings: Any, sweep_name: str, out: Path, record: dict[str, Any], metrics: dict[str, Any]
+) -> None:
+    """One W&B run for a finished cell: its resolved config and per-attack metrics (no ROC points)."""
+    wandb, mode = _wandb(settings)
+    if wandb is None:
+        return
+    summary = {
+        f"{attack}/{key}": value
+        for attack, m in metrics.items()
+        for key, value in m.items()
+        if key not in ("roc", "auc_ci") and not isinstance(value, str)
+    }
+    summary |= {f"{a}/auc_ci_low": m["auc_ci"][0] for a, m in metrics.items() if "auc_ci" in m}
+    summary |= {"utility_loss": record["utility_loss"], "trainable_params": record["trainable_params"]}
+    run = wandb.init(
+        project=settings.project,
+        entity=settings.entity,
+        group=sweep_name,
+        name=record["cell_id"],
+        config=record["config"],
+        mode=mode,
+        dir=str(out),
+        reinit="finish_previous",
+    )
+    run.summary.update(summary)
+    run.finish()
+
+
+def log_leaderboard(settings: Any, sweep_name: str, out: Path, rows: list[dict[str, Any]]) -> None:
+    """The sweep's leaderboard as one W&B table (a run named ``<sweep>-leaderboard``)."""
+    wandb, mode = _wandb(settings)
+    if wandb is None or not rows:
+        return
+    columns = list(rows[0])
+    run = wandb.init(
+        project=settings.project,
+        entity=settings.entity,
+        group=sweep_name,
+        name=f"{sweep_name}-leaderboard",
+        job_type="leaderboard",
+        mode=mode,
+        dir=str(out),
+        reinit="finish_previous",
+    )
+    run.log({"leaderboard": wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in rows])})
+    run.finish()

@@ -1,0 +1,141 @@
+"""Audit a model someone already adapted: their members and non-members, every attack, the cell's outputs.
+
+The model is a Hugging Face id or a local checkpoint directory (a full fine-tune), optionally with an
+adapter directory on top: a standard peft adapter (``adapter_config.json``) or one saved by a privauditor
+cell (``adaptation.json``). The reference model for the ``reference`` attack is ``--reference`` or, with
+an adapter, the adapter's base; a full checkpoint without ``--reference`` skips that attack with a note.
+Members and non-members are files the dataset loader reads (JSONL / CSV / Parquet with a ``text`` column
+or ``prompt`` + ``target``, optional ``id``; ``.txt`` one record per line). Outputs follow the cell
+contract under ``OUT/cells/<audit id>/``, so ``privauditor report OUT`` includes them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .cache import stable_hash
+from .cell import CellOutcome, check_results_dir, directory_hash, versions
+from .config import CellConfig, slug
+from .datasets import Example, content_hash, load_dataset
+from .errors import PrivauditorError
+from .signals import write_json
+
+
+def _records(path: str, tag: str) -> list[Example]:
+    if not Path(path).is_file():
+        raise PrivauditorError(f"no such file: {path}")
+    examples = load_dataset(path).examples
+    if not examples:
+        raise PrivauditorError(f"{path}: no usable records")
+    return [Example(f"{tag}:{e.sample_id}", e.prompt, e.target) for e in examples]
+
+
+def load_adapted(model: str, adapter: str | None) -> tuple[Any, str, int]:
+    """The loaded model with the adapter applied, the adapter's name, and its trainable-parameter count."""
+    from .adaptations import build_adaptation
+    from .models import load_model
+
+    loaded = load_model(model)
+    if adapter is None:
+        return loaded, "checkpoint", 0
+    path = Path(adapter)
+    if (path / "adaptation.json").is_file():
+        saved = json.loads((path / "adaptation.json").read_text())
+        name = saved.pop("adaptation")
+        technique = build_adaptation(name, saved)
+    elif (path / "adapter_config.json").is_file():
+        from .adaptations._peft import PeftAdaptation
+
+        technique, name = PeftAdaptation(), "peft"
+    else:
+        raise PrivauditorError(
+            f"{adapter}: not an adapter directory (no adapter_config.json or adaptation.json)"
+        )
+    before = sum(p.numel() for p in loaded.model.parameters())
+    adapted = technique.load(loaded.model, loaded.family, path)
+    loaded.model = adapted.eval()
+    added = sum(p.numel() for p in adapted.parameters()) - before
+    return loaded, name, max(added, 0)
+
+
+def run_audit(
+    model: str,
+    members: str,
+    nonmembers: str,
+    out: Path,
+    adapter: str | None = None,
+    reference: str | None = None,
+    config: CellConfig | None = None,
+) -> CellOutcome:
+    """Score, attack and measure ``model`` (+ ``adapter``) on the given members and non-members."""
+    from .evaluate import Reference, Scorer, evaluate, identity_of
+    from .models import load_model
+
+    config = config or CellConfig(model=model, adaptation="none", dataset=members)
+    examples = _records(members, "m") + _records(nonmembers, "n")
+    member = np.array([e.sample_id.startswith("m:") for e in examples])
+    adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
+    key = [model, adapter_hash, reference, content_hash(examples), config.resolved()]
+    audit_id = "__".join(
+        ["audit", slug(model), slug(Path(adapter).name if adapter else "checkpoint"), stable_hash(key, 8)]
+    )
+    out = Path(out)
+    cell_dir = out / "cells" / audit_id
+    if (cell_dir / "DONE").exists():
+        return CellOutcome(audit_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
+    check_results_dir(out)
+    shutil.rmtree(cell_dir, ignore_errors=True)
+    cell_dir.mkdir(parents=True)
+    loaded, technique, trainable = load_adapted(model, adapter)
+    name = loaded.spec.name
+    target = Scorer(
+        loaded.model,
+        loaded.tokenizer,
+        loaded.seq2seq,
+        identity_of(loaded.model, loaded.tokenizer, name, loaded.spec.revision, adapter_hash),
+    )
+    base_name = reference or (model if adapter else None)
+    ref = None
+    if base_name is not None:
+        base = load_model(base_name)
+        identity = identity_of(base.model, base.tokenizer, base.spec.name, base.spec.revision, "none")
+        ref = Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
+    resolved = config.resolved()
+    max_length = config.train.max_length
+    started = time.perf_counter()
+    metrics = evaluate(
+        target, examples, member, {a: resolved["attack_params"][a] for a in config.attacks}, cell_dir,
+        out / "shared", ref, max_length, config.score.batch_size, config.score.bootstrap, config.seed,
+    )  # fmt: skip
+    from .training import validation_loss
+
+    held_out = [e for e, m in zip(examples, member, strict=True) if not m]
+    utility = validation_loss(loaded.model, loaded.tokenizer, held_out, max_length, loaded.seq2seq)
+    record = {
+        "cell_id": audit_id,
+        "config": resolved | {"model": model, "adaptation": technique, "dataset": Path(members).name},
+        "audit": {
+            "model": model,
+            "adapter": adapter,
+            "reference": base_name,
+            "members": members,
+            "nonmembers": nonmembers,
+        },
+        "provenance": {"adaptation_hash": adapter_hash, "texts": content_hash(examples)},
+        "trainable_params": trainable,
+        "train": {"seconds": 0.0},
+        "utility_loss": utility,  # mean NLL on the non-members (held-out text)
+        "n_members": int(member.sum()),
+        "n_nonmembers": int((~member).sum()),
+        "timings": {"total": round(time.perf_counter() - started, 3)},
+        "versions": versions(),
+    }
+    write_json(cell_dir / "cell.json", record)
+    write_json(cell_dir / "DONE", {"cell_id": audit_id})
+    return CellOutcome(audit_id, cell_dir, metrics, False)

@@ -1,0 +1,112 @@
+"""``privauditor audit``: a practitioner's adapted model and their own member / non-member files."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+
+from privauditor.orchestrator.cli import main
+from privauditor.tasks.cell import run_cell
+from privauditor.tasks.config import cell_config
+from privauditor.tasks.datasets import load_dataset
+
+SETTINGS = ["attacks=[loss,reference,min_k_pp]", "score.bootstrap=50"]
+
+
+def write_files(tmp_path, split_file):
+    """The cell's members / non-members, written as a user would: JSONL with prompt + target, and .txt."""
+    ids = json.loads(split_file.read_text())
+    by_id = {e.sample_id: e for e in load_dataset("climate").examples}
+    members = tmp_path / "members.jsonl"
+    members.write_text(
+        "".join(
+            json.dumps({"id": i, "prompt": by_id[i].prompt, "target": by_id[i].target}) + "\n"
+            for i in ids["members"]
+        )
+    )
+    nonmembers = tmp_path / "nonmembers.txt"
+    nonmembers.write_text("".join(by_id[i].text.replace("\n", " ") + "\n" for i in ids["nonmembers"]))
+    return members, nonmembers
+
+
+def test_audit_an_adapter_saved_by_a_cell_and_a_full_checkpoint(tmp_path, capsys):
+    config = cell_config(
+        {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "climate"},
+        ["split={members: 12, nonmembers: 12, validation: 4}", "train.epochs=1", *SETTINGS],
+    )
+    outcome = run_cell(config, tmp_path / "cells")
+    (split_file,) = (tmp_path / "cells" / "shared" / "splits").glob("*.json")
+    members, nonmembers = write_files(tmp_path, split_file)
+    out = tmp_path / "audit"
+    argv = [
+        "audit",
+        "--model",
+        "tiny-gpt2",
+        "--members",
+        str(members),
+        "--nonmembers",
+        str(nonmembers),
+        "--out",
+        str(out),
+    ]
+    assert (
+        main([*argv, "--adapter", str(outcome.path / "adapter"), *sum((["--set", s] for s in SETTINGS), [])])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    (audit_dir,) = (out / "cells").glob("audit__tiny-gpt2__adapter__*")
+    metrics = json.loads((audit_dir / "metrics.json").read_text())
+    assert set(metrics) == {"loss", "reference", "min_k_pp"} and all("auc" in m for m in metrics.values())
+    signals = pq.read_table(audit_dir / "signals.parquet")
+    assert signals.num_rows == 24 and sum(signals.column("member").to_pylist()) == 12
+    assert "min_k_pp" in printed and (out / "leaderboard.parquet").exists()
+    # the members file held the cell's own prompts and targets, scored the same way: same LOSS scores
+    cell_scores = pq.read_table(outcome.path / "scores.parquet").to_pylist()
+    audit_scores = pq.read_table(audit_dir / "scores.parquet").to_pylist()
+    cell_loss = {r["sample_id"]: r["score"] for r in cell_scores if r["attack"] == "loss" and r["member"]}
+    audit_loss = {
+        r["sample_id"][2:]: r["score"] for r in audit_scores if r["attack"] == "loss" and r["member"]
+    }
+    assert audit_loss.keys() == cell_loss.keys()
+    assert all(abs(audit_loss[k] - cell_loss[k]) < 1e-4 for k in cell_loss)
+
+    # a full checkpoint directory, no reference: the reference attack is skipped with a note
+    from privauditor.tasks.models import load_model
+
+    loaded = load_model("tiny-gpt2")
+    checkpoint = tmp_path / "full-checkpoint"
+    loaded.model.save_pretrained(checkpoint)
+    loaded.tokenizer.save_pretrained(checkpoint)
+    argv = [
+        "audit",
+        "--model",
+        str(checkpoint),
+        "--members",
+        str(members),
+        "--nonmembers",
+        str(nonmembers),
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, *sum((["--set", s] for s in SETTINGS), [])]) == 0
+    (full_dir,) = (out / "cells").glob("audit__*full-checkpoint__checkpoint__*")
+    metrics = json.loads((full_dir / "metrics.json").read_text())
+    assert "skipped" in metrics["reference"] and "auc" in metrics["loss"]
+    assert main([*argv, "--set", "attacks=[loss]", "--reference", "tiny-gpt2"]) == 0
+    assert (
+        main(
+            [
+                "audit",
+                "--model",
+                "tiny-gpt2",
+                "--members",
+                str(tmp_path / "nope.jsonl"),
+                "--nonmembers",
+                str(nonmembers),
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )

@@ -1,0 +1,88 @@
+"""``privauditor run`` on Ray: cells as trials, DONE cells skipped, shared work once, the leaderboard."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from privauditor.orchestrator.cli import main
+from privauditor.orchestrator.leaderboard import COLUMNS
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SWEEP = {
+    "name": "tiny",
+    "matrix": {"model": ["tiny-gpt2"], "adaptation": ["none", "lora"], "dataset": ["climate"]},
+    "attacks": ["loss", "reference", "neighbourhood", "min_k_pp"],
+    "attack_params": {"neighbourhood": {"k": 2}},
+    "split": {"members": 24, "nonmembers": 24, "validation": 8},
+    "train": {"epochs": 1, "max_length": 64},
+    "score": {"bootstrap": 50},
+    "run": {"cpus_per_trial": 1, "max_failures": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def fingerprint(out):
+    return {
+        str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in (out / "cells").rglob("*")
+        if p.is_file()
+    }
+
+
+def run(tmp_path, sweep, out, capsys):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    code = main(["run", str(path), "--out", str(out)])
+    return code, capsys.readouterr().out
+
+
+def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
+    out = tmp_path / "results"
+    code, printed = run(tmp_path, SWEEP, out, capsys)
+    assert code == 0 and "2 to run" in printed
+    done = sorted(p.parent.name for p in (out / "cells").glob("*/DONE"))
+    assert len(done) == 2
+    table = pq.read_table(out / "leaderboard.parquet")
+    assert table.column_names == COLUMNS and table.num_rows == 2 * 4
+    for suffix in ("csv", "md", "html"):
+        assert (out / f"leaderboard.{suffix}").stat().st_size > 0
+    assert '<table class="sortable">' in (out / "leaderboard.html").read_text()
+    assert len(list((out / "plots").glob("*.png"))) == 2
+    # shared work once per (base, split): one reference-signal table, one neighbour table
+    assert len(list((out / "shared" / "signals").glob("*.parquet"))) == 1
+    assert len(list((out / "shared" / "neighbours").glob("*.parquet"))) == 1
+
+    before = fingerprint(out)
+    code, printed = run(tmp_path, SWEEP, out, capsys)
+    assert code == 0 and "0 to run" in printed and fingerprint(out) == before
+
+    bigger = json.loads(json.dumps(SWEEP))
+    bigger["matrix"]["adaptation"].append("prompt")
+    code, printed = run(tmp_path, bigger, out, capsys)
+    assert code == 0 and "2 already done, 1 to run" in printed
+    assert len(list((out / "cells").glob("*/DONE"))) == 3
+    assert {k: v for k, v in fingerprint(out).items() if k in before} == before
+    assert len(list((out / "shared" / "signals").glob("*.parquet"))) == 1  # reused by the new cell
+
+    changed = json.loads(json.dumps(SWEEP))
+    changed["train"]["epochs"] = 2  # `none` trains nothing, but its resolved settings changed too
+    code, printed = run(tmp_path, changed, out, capsys)
+    assert code == 0 and "0 already done, 2 to run" in printed
+    assert len(list((out / "cells").glob("*/DONE"))) == 5
+
+    (out / "leaderboard.parquet").unlink()
+    assert main(["report", str(out)]) == 0
+    assert pq.read_table(out / "leaderboard.parquet").num_rows == 5 * 4

@@ -1,0 +1,115 @@
+"""Sweep files: strict parsing, expansion, precedence, the shipped sweeps, and ``privauditor validate``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from privauditor.orchestrator.cli import main
+from privauditor.orchestrator.sweep import SWEEPS_DIR, load_sweep, parse_sweep
+from privauditor.tasks.errors import PrivauditorError
+
+BASE = {
+    "name": "t",
+    "matrix": {
+        "model": ["tiny-llama", "tiny-opt"],
+        "adaptation": ["lora", "prompt", "llama_adapter"],
+        "dataset": ["finance"],
+    },
+    "seeds": [0, 1],
+}
+
+
+def test_shipped_sweeps_validate_with_the_full_default_matrix():
+    assert {p.stem for p in SWEEPS_DIR.glob("*.yaml")} >= {"smoke", "quick", "default", "paper"}
+    default = load_sweep("default")
+    assert {c.model for c in default.cells} == {
+        f"tiny-{f}" for f in ("llama", "opt", "bloom", "gptj", "t5", "gpt2")
+    }
+    assert {c.dataset for c in default.cells} == {"finance", "sql", "climate"}
+    assert len({c.adaptation for c in default.cells}) == 12
+    assert len(default.cells) == (6 * 11 + 1) * 3 and len(default.dropped) == 5
+    paper = load_sweep("paper")
+    assert all(c.attack_params["neighbourhood"]["k"] == 25 for c in paper.cells)
+    quick = load_sweep("quick")
+    assert len({c.model for c in quick.cells}) == 2 and len({c.adaptation for c in quick.cells}) == 12
+
+
+def test_expansion_drops_unsupported_pairs_and_ids_are_deterministic():
+    sweep = parse_sweep(BASE)
+    assert len(sweep.cells) == (2 * 2 + 1) * 2 and [(d.model, d.adaptation) for d in sweep.dropped] == [
+        ("tiny-opt", "llama_adapter")
+    ]
+    assert [c.cell_id() for c in sweep.cells] == [c.cell_id() for c in parse_sweep(BASE).cells]
+    assert len({c.cell_id() for c in sweep.cells}) == len(sweep.cells)
+
+
+def test_precedence_technique_then_train_then_overrides_then_set():
+    data = BASE | {
+        "train": {"epochs": 2},
+        "overrides": [
+            {"adaptation": "prompt", "train": {"lr": 0.5}},
+            {"model": "tiny-opt", "adaptation": "prompt", "train": {"lr": 0.7}},
+        ],
+    }
+    cells = {(c.model, c.adaptation, c.seed): c.resolved()["train"] for c in parse_sweep(data).cells}
+    assert cells[("tiny-llama", "lora", 0)] == cells[("tiny-llama", "lora", 0)] | {"epochs": 2, "lr": 3e-3}
+    assert cells[("tiny-llama", "prompt", 0)]["lr"] == 0.5 and cells[("tiny-opt", "prompt", 1)]["lr"] == 0.7
+    forced = parse_sweep(data, assignments=["train.lr=0.01"]).cells
+    assert {c.resolved()["train"]["lr"] for c in forced} == {0.01}
+
+
+def test_exclude_drops_matching_cells():
+    data = BASE | {"exclude": [{"model": "tiny-opt"}, {"adaptation": "prompt", "seed": 1}]}
+    cells = parse_sweep(data).cells
+    assert all(c.model == "tiny-llama" for c in cells) and not any(
+        c.adaptation == "prompt" and c.seed == 1 for c in cells
+    )
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (BASE | {"atacks": ["loss"]}, "did you mean 'attacks'"),
+        (BASE | {"matrix": {"models": ["tiny-llama"]}}, "did you mean 'model'"),
+        (BASE | {"matrix": BASE["matrix"] | {"model": ["tiny-lama"]}}, "did you mean 'tiny-llama'"),
+        (BASE | {"attacks": ["loss", "zlibb"]}, "did you mean 'zlib'"),
+        (BASE | {"split": {"members": "many"}}, "must be int"),
+        (BASE | {"exclude": [{"modle": "tiny-opt"}]}, "did you mean 'model'"),
+        (BASE | {"run": {"max_failure": 1}}, "did you mean 'max_failures'"),
+        (BASE | {"tracking": {"wandb": {"mode": "sometimes"}}}, "offline, online or disabled"),
+        (BASE | {"seeds": ["zero"]}, "integers"),
+        ([1, 2], "mapping"),
+    ],
+)
+def test_bad_sweeps_are_one_line_errors(data, match):
+    with pytest.raises(PrivauditorError, match=match) as error:
+        parse_sweep(data)
+    assert "\n" not in str(error.value)
+
+
+def test_validate_prints_cells_and_dropped_pairs_without_ray(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    code = (
+        "import sys; from privauditor.orchestrator.cli import main; rc = main(['validate', sys.argv[1]]);"
+        "assert 'ray' not in sys.modules, 'validate imported ray'; sys.exit(rc)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "10 cells" in done.stdout and "dropped tiny-opt x llama_adapter" in done.stdout
+    assert "tiny-llama__prompt__finance__s1__" in done.stdout
+
+
+def test_validate_reports_bad_yaml_with_its_line(tmp_path, capsys):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\nmatrix: {model: [tiny-llama\n")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "broken.yaml line" in err and "not valid YAML" in err
+    assert main(["validate", "smok"]) == 2 and "did you mean 'smoke'" in capsys.readouterr().err
