@@ -135,20 +135,23 @@ def _tune(sweep: Sweep, todo: list[Any], out: Path, address: str | None, max_con
     class Progress(tune.Callback):
         """Rebuilds the leaderboard as cells finish and prints done / running / failed with an ETA."""
 
+        done = failed = 0  # counted here: Tune sets a trial's final status after these callbacks
+
         def on_trial_complete(self, iteration, trials, trial, **info):
+            self.done += 1
             build(out)
-            self._line(trials)
+            self._line(trials, trial)
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            self._line(trials)
+            self.failed += 1
+            self._line(trials, trial)
 
-        def _line(self, trials):
-            states = [t.status for t in trials]
-            done, failed = states.count("TERMINATED"), states.count("ERROR")
-            running = states.count("RUNNING")
+        def _line(self, trials, finished):
+            done, failed = self.done, self.failed
+            running = sum(t.status == "RUNNING" and t is not finished for t in trials)
             elapsed = time.perf_counter() - started
             left = len(todo) - done - failed
-            eta = f"{elapsed / max(1, done + failed) * left / 60:.1f} min" if done + failed else "?"
+            eta = f"{elapsed / (done + failed) * left / 60:.1f} min"
             print(f"[privauditor] cells {done + failed}/{len(todo)}: {done} done, {running} running, "
                   f"{failed} failed; elapsed {elapsed / 60:.1f} min, ETA {eta}", flush=True)  # fmt: skip
 

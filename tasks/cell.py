@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import shutil
 import sys
 import time
@@ -26,8 +25,6 @@ import numpy as np
 from .config import CellConfig, slug
 from .datasets import Example
 from .signals import write_json
-
-log = logging.getLogger(__name__)
 
 RESULTS_FORMAT = 1
 PACKAGES = ("privauditor", "torch", "transformers", "peft", "datasets", "numpy", "pyarrow", "scikit-learn")

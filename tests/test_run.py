@@ -86,3 +86,18 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     (out / "leaderboard.parquet").unlink()
     assert main(["report", str(out)]) == 0
     assert pq.read_table(out / "leaderboard.parquet").num_rows == 5 * 4
+
+
+def test_a_failing_cell_is_reported_and_the_others_finish(ray_session, tmp_path, capsys):
+    few = tmp_path / "few.jsonl"
+    few.write_text(
+        "".join(json.dumps({"text": f"record number {i} of a tiny file"}) + "\n" for i in range(10))
+    )
+    sweep = json.loads(json.dumps(SWEEP))
+    sweep["matrix"] = {"model": ["tiny-gpt2"], "adaptation": ["none"], "dataset": ["climate", str(few)]}
+    out = tmp_path / "results"
+    code, printed = run(tmp_path, sweep, out, capsys)
+    assert code == 1  # 10 records cannot make a 24 / 24 / 8 split
+    assert "1 failed" in printed and "FAILED tiny-gpt2__none__" in printed and "few.jsonl" in printed
+    assert len(list((out / "cells").glob("*/DONE"))) == 1 and "[privauditor] cells 2/2" in printed
+    assert pq.read_table(out / "leaderboard.parquet").num_rows == 4
