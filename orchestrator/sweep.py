@@ -39,8 +39,13 @@ class RunSettings:
     max_concurrent_trials: int | None = None  # None: as many as the CPUs / GPUs allow
     max_failures: int = 2  # retries per cell (Ray Tune FailureConfig)
     cpus_per_trial: float = 1.0
-    gpus_per_trial: str | None = "auto"  # "auto": the model spec's GPUs when CUDA is there, else 0
+    gpus_per_trial: float | str | None = "auto"  # "auto": one GPU per trial when the cluster has GPUs
     storage_path: str | None = None  # shared storage for Ray's trial state (default: OUT/ray)
+
+    def __post_init__(self) -> None:
+        gpus = self.gpus_per_trial
+        if not (gpus in (None, "auto") or (type(gpus) in (int, float) and gpus >= 0)):
+            raise PrivauditorError(f"run.gpus_per_trial must be auto, null or a number >= 0, not {gpus!r}")
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,11 @@ def test_precedence_technique_then_train_then_overrides_then_set():
     assert {c.resolved()["train"]["lr"] for c in forced} == {0.01}
 
 
+def test_run_block_takes_fractional_gpus():
+    assert parse_sweep(BASE | {"run": {"gpus_per_trial": 0.5}}).run.gpus_per_trial == 0.5
+    assert parse_sweep(BASE).run.gpus_per_trial == "auto"
+
+
 def test_exclude_drops_matching_cells():
     data = BASE | {"exclude": [{"model": "tiny-opt"}, {"adaptation": "prompt", "seed": 1}]}
     cells = parse_sweep(data).cells
@@ -80,6 +85,7 @@ def test_exclude_drops_matching_cells():
         (BASE | {"split": {"members": "many"}}, "must be int"),
         (BASE | {"exclude": [{"modle": "tiny-opt"}]}, "did you mean 'model'"),
         (BASE | {"run": {"max_failure": 1}}, "did you mean 'max_failures'"),
+        (BASE | {"run": {"gpus_per_trial": "many"}}, "auto, null or a number"),
         (BASE | {"tracking": {"wandb": {"mode": "sometimes"}}}, "offline, online or disabled"),
         (BASE | {"seeds": ["zero"]}, "integers"),
         ([1, 2], "mapping"),
