@@ -41,8 +41,11 @@ class RunSettings:
     cpus_per_trial: float = 1.0
     gpus_per_trial: float | str | None = "auto"  # "auto": one GPU per trial when the cluster has GPUs
     storage_path: str | None = None  # shared storage for Ray's trial state (default: OUT/ray)
+    cell_timeout_s: float | None = None  # accepted as null only: per-cell timeouts are not enforced yet
 
     def __post_init__(self) -> None:
+        if self.cell_timeout_s is not None:
+            raise PrivauditorError("run.cell_timeout_s is not supported yet: leave it null")
         gpus = self.gpus_per_trial
         if not (gpus in (None, "auto") or (type(gpus) in (int, float) and gpus >= 0)):
             raise PrivauditorError(f"run.gpus_per_trial must be auto, null or a number >= 0, not {gpus!r}")

@@ -65,6 +65,9 @@ def test_precedence_technique_then_train_then_overrides_then_set():
 def test_run_block_takes_fractional_gpus():
     assert parse_sweep(BASE | {"run": {"gpus_per_trial": 0.5}}).run.gpus_per_trial == 0.5
     assert parse_sweep(BASE).run.gpus_per_trial == "auto"
+    assert (
+        parse_sweep(BASE | {"run": {"cell_timeout_s": None}}).run.cell_timeout_s is None
+    )  # the design's example
 
 
 def test_exclude_drops_matching_cells():
@@ -86,6 +89,7 @@ def test_exclude_drops_matching_cells():
         (BASE | {"exclude": [{"modle": "tiny-opt"}]}, "did you mean 'model'"),
         (BASE | {"run": {"max_failure": 1}}, "did you mean 'max_failures'"),
         (BASE | {"run": {"gpus_per_trial": "many"}}, "auto, null or a number"),
+        (BASE | {"run": {"cell_timeout_s": 60}}, "not supported yet"),
         (BASE | {"tracking": {"wandb": {"mode": "sometimes"}}}, "offline, online or disabled"),
         (BASE | {"seeds": ["zero"]}, "integers"),
         ([1, 2], "mapping"),
