@@ -62,14 +62,21 @@ def _trial(
 
 
 def _build_base(name: str) -> str:
+    """A Ray task (1 CPU): build or find one base. One torch thread, as two builds share the cores."""
+    import torch
+
     from privauditor.tasks.models import checkpoint_path, resolve_model
 
+    torch.set_num_threads(1)
     return str(checkpoint_path(resolve_model(name)))
 
 
 def _build_masked_lm() -> str:
+    import torch
+
     from privauditor.tasks.models._tiny import masked_lm_dir
 
+    torch.set_num_threads(1)
     return str(masked_lm_dir())
 
 
