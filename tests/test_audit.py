@@ -30,6 +30,20 @@ def write_files(tmp_path, split_file):
     return members, nonmembers
 
 
+def audit_argv(model, members, nonmembers, out):
+    return [
+        "audit",
+        "--model",
+        model,
+        "--members",
+        str(members),
+        "--nonmembers",
+        str(nonmembers),
+        "--out",
+        str(out),
+    ]
+
+
 def test_audit_an_adapter_saved_by_a_cell_and_a_full_checkpoint(tmp_path, capsys):
     config = cell_config(
         {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "climate"},
@@ -39,17 +53,7 @@ def test_audit_an_adapter_saved_by_a_cell_and_a_full_checkpoint(tmp_path, capsys
     (split_file,) = (tmp_path / "cells" / "shared" / "splits").glob("*.json")
     members, nonmembers = write_files(tmp_path, split_file)
     out = tmp_path / "audit"
-    argv = [
-        "audit",
-        "--model",
-        "tiny-gpt2",
-        "--members",
-        str(members),
-        "--nonmembers",
-        str(nonmembers),
-        "--out",
-        str(out),
-    ]
+    argv = audit_argv("tiny-gpt2", members, nonmembers, out)
     assert (
         main([*argv, "--adapter", str(outcome.path / "adapter"), *sum((["--set", s] for s in SETTINGS), [])])
         == 0
@@ -78,17 +82,7 @@ def test_audit_an_adapter_saved_by_a_cell_and_a_full_checkpoint(tmp_path, capsys
     checkpoint = tmp_path / "full-checkpoint"
     loaded.model.save_pretrained(checkpoint)
     loaded.tokenizer.save_pretrained(checkpoint)
-    argv = [
-        "audit",
-        "--model",
-        str(checkpoint),
-        "--members",
-        str(members),
-        "--nonmembers",
-        str(nonmembers),
-        "--out",
-        str(out),
-    ]
+    argv = audit_argv(str(checkpoint), members, nonmembers, out)
     assert main([*argv, *sum((["--set", s] for s in SETTINGS), [])]) == 0
     (full_dir,) = (out / "cells").glob("audit__*full-checkpoint__checkpoint__*")
     metrics = json.loads((full_dir / "metrics.json").read_text())
