@@ -78,6 +78,31 @@ def test_unknown_hyperparameter_suggests_the_field():
     with pytest.raises(PrivauditorError, match="did you mean 'alpha'"):
         build_adaptation("lora", {"alpah": 32})
     assert build_adaptation("lora", {"r": 4}).r == 4
+    with pytest.raises(PrivauditorError, match="lora targets must be one of all, qv, not 'q'"):
+        build_adaptation("lora", {"targets": "q"})
+
+
+@pytest.mark.parametrize("family_name", ["llama", "gpt2", "t5"])
+def test_lora_targets_every_projection_or_query_value(family_name):
+    def adapted(targets):
+        family, _, base = fresh_base(family_name)
+        model = build_adaptation("lora", {"targets": targets}).apply(base, family)
+        return {
+            n.rsplit(".lora_A", 1)[0].removeprefix("base_model.model.")
+            for n, _ in model.named_parameters()
+            if ".lora_A" in n
+        }
+
+    family, _, base = fresh_base(family_name)
+    m = family.modules
+    projections = {
+        n
+        for n, _ in base.named_modules()
+        if any(n.endswith("." + s) for s in (*m.qkv, *m.attn_out, *m.mlp_in, *m.mlp_out))
+    }
+    everything, query_value = adapted("all"), adapted("qv")
+    assert everything == projections and query_value < everything
+    assert not any(n.endswith("." + m.mlp_out[0]) for n in query_value)
 
 
 def test_ls_adaptations_lists_unsupported_pairs(capsys):

@@ -55,12 +55,12 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
     assert set(metrics) == set(DEFAULT_ATTACKS) and all(set(m) >= METRIC_KEYS for m in metrics.values())
     assert metrics["loss"]["tpr_at_0.1pct_fpr"] is None  # 100 non-members cannot measure 0.1 % FPR
     record = json.loads((cell_dir / "cell.json").read_text())
-    assert record["trainable_params"] > 0 and record["config"]["train"]["lr"] == 3e-3
+    assert record["trainable_params"] > 0 and record["config"]["train"] | {"lr": 1e-2, "epochs": 20} == record["config"]["train"]
     assert record["provenance"]["split"]["members"] and record["versions"]["torch"]
     assert (out / "privauditor.json").exists() and (out / "plots" / f"{cell_dir.name}.png").stat().st_size > 0
     assert "loss" in printed and "AUC" in printed
     low, high = metrics["loss"]["auc_ci"]
-    assert low <= metrics["loss"]["auc"] <= high
+    assert 0.5 < low <= metrics["loss"]["auc"] <= high  # validity: LoRA at defaults leaks beyond its CI
     # the reference signals went to the shared store; a `none` cell of the same split reuses them
     shared = sorted((out / "shared" / "signals").glob("*.parquet"))
     assert len(shared) == 1
@@ -103,11 +103,11 @@ def test_settings_make_the_cell_id_and_bad_settings_are_one_line_errors(tmp_path
     base = {"model": "tiny-llama", "adaptation": "lora", "dataset": "finance"}
     ids = {
         cell_config(base, s).cell_id()
-        for s in ([], ["train.lr=0.01"], ["split.members=64"], ["attack_params.min_k.k=0.1"], ["seed=1"])
+        for s in ([], ["train.lr=0.02"], ["split.members=64"], ["attack_params.min_k.k=0.1"], ["seed=1"])
     }
     assert len(ids) == 5
     assert (
-        cell_config(base, ["train.lr=0.003"]).cell_id() == cell_config(base).cell_id()
+        cell_config(base, ["train.lr=0.01"]).cell_id() == cell_config(base).cell_id()
     )  # the default, made explicit
     for bad, match in [
         (["split.member=5"], "did you mean 'members'"),

@@ -56,10 +56,10 @@ def test_precedence_technique_then_train_then_overrides_then_set():
         ],
     }
     cells = {(c.model, c.adaptation, c.seed): c.resolved()["train"] for c in parse_sweep(data).cells}
-    assert cells[("tiny-llama", "lora", 0)] == cells[("tiny-llama", "lora", 0)] | {"epochs": 2, "lr": 3e-3}
+    assert cells[("tiny-llama", "lora", 0)] == cells[("tiny-llama", "lora", 0)] | {"epochs": 2, "lr": 1e-2}
     assert cells[("tiny-llama", "prompt", 0)]["lr"] == 0.5 and cells[("tiny-opt", "prompt", 1)]["lr"] == 0.7
-    forced = parse_sweep(data, assignments=["train.lr=0.01"]).cells
-    assert {c.resolved()["train"]["lr"] for c in forced} == {0.01}
+    forced = parse_sweep(data, assignments=["train.lr=0.02"]).cells
+    assert {c.resolved()["train"]["lr"] for c in forced} == {0.02}
 
 
 def test_run_block_takes_fractional_gpus():
