@@ -58,13 +58,33 @@ def _cell(args: argparse.Namespace) -> int:
     config = cell_config(settings, args.set or [])
     check_cell(config.model, config.adaptation)
     out = Path(args.out)
-    outcome = run_cell(config, out)
+    outcome = run_cell(config, out, distributed=_local_launcher(config))
     state = "already done" if outcome.skipped else "done"
     print(f"cell {outcome.cell_id} {state}: {outcome.path}")
     print(tables.metrics_table(outcome.metrics))
     png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     print(f"ROC (log-log): {png}")
     return 0
+
+
+def _local_launcher(config) -> object | None:
+    """A Ray Train launcher on a local Ray for a cell that trains under DeepSpeed, else None."""
+    train = config.resolved()["train"]
+    if train["deepspeed"] is None:
+        return None
+    import os
+
+    import ray
+    import torch
+
+    from .distributed import RayTrainLauncher
+    from .runner import _env
+
+    gpus = 1.0 if torch.cuda.is_available() else 0.0
+    if not ray.is_initialized():  # logical CPUs: one per worker plus this process, even on fewer cores
+        cpus = max(os.cpu_count() or 1, train["workers"] + 1)
+        ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": _env()})
+    return RayTrainLauncher(cpus_per_worker=1.0, gpus_per_worker=gpus)
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -36,21 +36,29 @@ def _trial(
     settings: dict[str, dict[str, Any]],
     threads: int,
     sweep: Sweep | None = None,
+    gpus_per_worker: float = 0.0,
 ) -> None:
     """One cell, inside a Ray Tune trial; a finished cell is mirrored to W&B from here (once: a retried
     trial logs only when it succeeds)."""
     import json
 
+    import ray
     import torch
     from ray import tune
 
     from privauditor.tasks.cell import run_cell
 
+    from .distributed import RayTrainLauncher
     from .plots import roc_png
 
     torch.set_num_threads(threads)  # two trials' thread pools on the same cores slow both many times over
     cell = cell_config(settings[config["cell_id"]])
-    outcome = run_cell(cell, Path(out))
+    launcher = RayTrainLauncher(cpus_per_worker=threads, gpus_per_worker=gpus_per_worker)
+    runtime = {
+        "ray_node_id": ray.get_runtime_context().get_node_id(),
+        "trial_id": tune.get_context().get_trial_id(),
+    }
+    outcome = run_cell(cell, Path(out), distributed=launcher, runtime=runtime)
     roc_png(outcome.metrics, Path(out) / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     if sweep is not None and not outcome.skipped:
         from .tracking import log_cell
@@ -136,7 +144,9 @@ def _tune(sweep: Sweep, todo: list[Any], out: Path, address: str | None, max_con
         gpus = 1.0
     settings = {c.cell_id(): dataclasses.asdict(c) | {"attacks": list(c.attacks)} for c in todo}
     threads = max(1, int(run.cpus_per_trial))
-    trainable = tune.with_parameters(_trial, out=str(out), settings=settings, threads=threads, sweep=sweep)
+    trainable = tune.with_parameters(
+        _trial, out=str(out), settings=settings, threads=threads, sweep=sweep, gpus_per_worker=min(gpus, 1.0)
+    )
     trainable = tune.with_resources(trainable, {"cpu": run.cpus_per_trial, "gpu": gpus})
 
     class Progress(tune.Callback):

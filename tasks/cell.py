@@ -24,6 +24,7 @@ import numpy as np
 
 from .config import CellConfig, slug
 from .datasets import Example
+from .errors import PrivauditorError
 from .signals import write_json
 
 RESULTS_FORMAT = 1
@@ -40,8 +41,6 @@ class CellOutcome:
 
 def check_results_dir(out: Path) -> None:
     """Create ``out/privauditor.json`` or check it: a folder of another results format is refused."""
-    from .errors import PrivauditorError
-
     marker = out / "privauditor.json"
     if marker.exists():
         try:
@@ -88,18 +87,30 @@ class _Clock:
             self.seconds[step] = round(self.seconds.get(step, 0.0) + time.perf_counter() - started, 3)
 
 
-def run_cell(config: CellConfig, out: Path) -> CellOutcome:
-    """Run (or find DONE) the cell ``config`` under the results folder ``out``."""
+def run_cell(
+    config: CellConfig, out: Path, distributed: Any = None, runtime: dict[str, Any] | None = None
+) -> CellOutcome:
+    """Run (or find DONE) the cell ``config`` under the results folder ``out``.
+
+    ``distributed(spec, workers)`` runs :func:`privauditor.tasks.distributed.train_worker` on
+    ``workers`` ranks (Ray Train does, from the orchestrator); cells whose resolved ``train.deepspeed``
+    is set need it. ``runtime`` (e.g. the Ray node) is recorded in ``cell.json``.
+    """
     out = Path(out)
     cell_id = config.cell_id()
     cell_dir = out / "cells" / cell_id
     if (cell_dir / "DONE").exists():
         return CellOutcome(cell_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
+    if distributed is None and config.resolved()["train"]["deepspeed"] is not None:
+        raise PrivauditorError(
+            f"{cell_id}: train.deepspeed / train.workers > 1 train under Ray Train: "
+            "run the cell with `privauditor cell` or `privauditor run`"
+        )
     check_results_dir(out)
     shutil.rmtree(cell_dir, ignore_errors=True)  # an unfinished earlier attempt
     cell_dir.mkdir(parents=True)
-    record = execute(config, cell_id, cell_dir, out / "shared", _Clock())
-    write_json(cell_dir / "cell.json", record | {"versions": versions()})
+    record = execute(config, cell_id, cell_dir, out / "shared", _Clock(), distributed)
+    write_json(cell_dir / "cell.json", record | {"versions": versions(), "runtime": runtime or {}})
     write_json(
         cell_dir / "DONE",
         {"cell_id": cell_id, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
@@ -107,7 +118,9 @@ def run_cell(config: CellConfig, out: Path) -> CellOutcome:
     return CellOutcome(cell_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), False)
 
 
-def execute(config: CellConfig, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock) -> dict[str, Any]:
+def execute(
+    config: CellConfig, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock, distributed: Any = None
+) -> dict[str, Any]:
     """The cell's work; returns the ``cell.json`` record (config, provenance, timings, training)."""
     from .adaptations import build_adaptation
     from .datasets import load_dataset
@@ -138,9 +151,12 @@ def execute(config: CellConfig, cell_id: str, cell_dir: Path, shared: Path, cloc
         max_length=config.train.max_length,
         seed=config.seed,
     )
-    result = clock(
-        "train", lambda: train(model, loaded.tokenizer, split.members, train_config, loaded.seq2seq)
-    )
+    if resolved["train"]["deepspeed"] is None:
+        result = clock(
+            "train", lambda: train(model, loaded.tokenizer, split.members, train_config, loaded.seq2seq)
+        )
+    else:
+        result = clock("train", lambda: train_elsewhere(config, model, cell_dir / ".train", distributed))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     adaptation_hash = "none"
     if config.adaptation != "none":
@@ -196,6 +212,16 @@ def execute(config: CellConfig, cell_id: str, cell_dir: Path, shared: Path, cloc
         "n_nonmembers": len(split.nonmembers),
         "timings": clock.seconds,
     }
+
+
+def train_elsewhere(config: CellConfig, model: Any, workdir: Path, distributed: Any) -> Any:
+    """Train on ``train.workers`` ranks under DeepSpeed and load the result into ``model``."""
+    from .distributed import load_trained
+
+    distributed({"cell": config.to_dict(), "workdir": str(workdir)}, config.resolved()["train"]["workers"])
+    result = load_trained(model, workdir)
+    shutil.rmtree(workdir)
+    return result
 
 
 def reference_for(config: CellConfig, loaded: Any, base_identity: Any) -> Any:

@@ -40,14 +40,33 @@ class SplitConfig:
 
 
 @dataclass(frozen=True)
+class DeepSpeedSettings:
+    """DeepSpeed ZeRO for the adaptation step (it then runs in a Ray Train ``TorchTrainer``)."""
+
+    stage: int = 2  # ZeRO stage 0-3: 2 shards optimizer states and gradients, 3 also the parameters
+    offload: bool = False  # optimizer states (and, at stage 3, parameters) in CPU memory
+    bf16: bool | None = None  # None: bf16 where the accelerator supports it (CUDA with bf16), else fp32
+
+    def __post_init__(self) -> None:
+        if self.stage not in (0, 1, 2, 3):
+            raise PrivauditorError(f"train.deepspeed.stage must be 0, 1, 2 or 3, not {self.stage!r}")
+
+
+@dataclass(frozen=True)
 class TrainSettings:
     epochs: int | None = None  # None: the technique's own default
     lr: float | None = None  # None: the technique's own default
-    batch_size: int = 8
+    batch_size: int = 8  # the global batch (split across workers)
     max_length: int = 128
+    workers: int = 1  # data-parallel training workers; > 1 trains under DeepSpeed in Ray Train
+    deepspeed: DeepSpeedSettings | None = None  # None: the model spec's ZeRO stage, if it has one
 
     def __post_init__(self) -> None:
-        _at_least(self, {"epochs": 0, "lr": 0, "batch_size": 1, "max_length": 2})
+        _at_least(self, {"epochs": 0, "lr": 0, "batch_size": 1, "max_length": 2, "workers": 1})
+        if self.batch_size < self.workers:
+            raise PrivauditorError(
+                f"train.batch_size ({self.batch_size}) must be at least train.workers ({self.workers})"
+            )
 
 
 @dataclass(frozen=True)
@@ -93,16 +112,39 @@ class CellConfig:
             data["train"]["lr"] = technique.default_lr_for(resolve_model(self.model).family)
         else:
             data["train"]["lr"] = self.train.lr
+        data["train"]["deepspeed"] = self._deepspeed()
+        if self.adaptation == "none":  # nothing is trained
+            data["train"]["workers"] = 1
         data["adaptation_params"] = technique.hyperparameters()
         data["attack_params"] = {
             name: build_attack(name, self.attack_params.get(name)).__dict__ for name in self.attacks
         }
         return data
 
+    def _deepspeed(self) -> dict[str, Any] | None:
+        """The cell's DeepSpeed settings, else the model spec's ZeRO stage, else ZeRO-2 when several
+        workers train, else None (one process, the plain training loop)."""
+        if self.adaptation == "none":
+            return None
+        if self.train.deepspeed is not None:
+            return dataclasses.asdict(self.train.deepspeed)
+        from .models import resolve_model
+
+        stage = resolve_model(self.model).resources.zero_stage
+        if stage is None and self.train.workers > 1:
+            stage = 2
+        return None if stage is None else dataclasses.asdict(DeepSpeedSettings(stage))
+
     def cell_id(self) -> str:
-        """``<model>__<adaptation>__<dataset>__s<seed>__<8 hex of the resolved spec>``."""
+        """``<model>__<adaptation>__<dataset>__s<seed>__<8 hex of the resolved spec>``. The scale-out
+        settings are hashed only when they differ from one process without DeepSpeed, so cells from
+        before those settings existed keep their ids."""
+        resolved = self.resolved()
+        train = resolved["train"]
+        if train["workers"] == 1 and train["deepspeed"] is None:
+            del train["workers"], train["deepspeed"]
         parts = [slug(self.model), self.adaptation, slug(self.dataset), f"s{self.seed}"]
-        return "__".join([*parts, stable_hash(self.resolved(), 8)])
+        return "__".join([*parts, stable_hash(resolved, 8)])
 
 
 def slug(name: str) -> str:
@@ -122,6 +164,7 @@ def _check_type(where: str, value: Any, annotation: str) -> Any:
         "int": lambda v: type(v) is int,
         "float": lambda v: type(v) in (int, float),
         "str": lambda v: isinstance(v, str),
+        "bool": lambda v: isinstance(v, bool),
     }
     if base in checks and not checks[base](value):
         raise PrivauditorError(f"{where} must be {base}{' or null' if optional else ''}, not {value!r}")
@@ -150,9 +193,12 @@ def build_dataclass(cls: type, data: Any, where: str) -> Any:
         if key not in fields:
             raise PrivauditorError(unknown_name_message(f"key in {where}", str(key), list(fields)))
         annotation = str(fields[key].type)
-        nested = {"SplitConfig": SplitConfig, "TrainSettings": TrainSettings, "ScoreSettings": ScoreSettings}
-        if annotation in nested:
-            kwargs[key] = build_dataclass(nested[annotation], value, f"{where}.{key}")
+        nested = {c.__name__: c for c in (SplitConfig, TrainSettings, ScoreSettings, DeepSpeedSettings)}
+        inner = annotation.removesuffix(" | None")
+        if inner in nested and (value is not None or inner == annotation):
+            kwargs[key] = build_dataclass(nested[inner], value, f"{where}.{key}")
+        elif inner in nested:
+            kwargs[key] = None
         else:
             kwargs[key] = _check_type(f"{where}.{key}", value, annotation)
     missing = [

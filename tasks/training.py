@@ -100,40 +100,73 @@ def apply_seeded(adaptation: Any, model: Any, family: Any, seed: int) -> Any:
     return adaptation.apply(model, family)
 
 
+class LocalStep:
+    """One optimisation step in this process: AdamW, linear decay to zero, gradient clipping at 1."""
+
+    def __init__(self, model: Any, parameters: list[Any], lr: float, total: int) -> None:
+        self.parameters = parameters
+        self.optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, linear_decay(total))
+        self.model = model
+
+    def __call__(self, batch: dict[str, torch.Tensor], weight: float) -> torch.Tensor:
+        loss = self.model(**batch).loss
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss * weight).backward()
+        torch.nn.utils.clip_grad_norm_(self.parameters, 1.0)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss.detach()
+
+
+def linear_decay(total: int) -> Any:
+    return lambda step: 1.0 - step / (total + 1)
+
+
 def train(
-    model: Any, tokenizer: Any, examples: Sequence[Example], config: TrainConfig, seq2seq: bool
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    config: TrainConfig,
+    seq2seq: bool,
+    make_step: Any = LocalStep,
+    rank: int = 0,
+    world: int = 1,
 ) -> TrainResult:
-    """Train the trainable parameters of ``model`` on ``examples``; returns the loss record."""
+    """Train the trainable parameters of ``model`` on ``examples``; returns the loss record.
+
+    With ``world`` > 1 (data parallel, e.g. DeepSpeed workers) every rank draws the same order and
+    takes its share of each global batch of ``config.batch_size``; ``make_step(model, parameters, lr,
+    total)`` builds the step function (``LocalStep`` here, a DeepSpeed engine under Ray Train) and the
+    recorded losses are the mean over all ranks' tokens.
+    """
     assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
     result = TrainResult(epochs=config.epochs, lr=config.lr)
     parameters = [p for p in model.parameters() if p.requires_grad]
     if config.epochs == 0 or not parameters:
         return result
     data = encode(tokenizer, examples, config.max_length, seq2seq)
-    torch.manual_seed(config.seed)  # dropout masks (LoRA's, adapters') draw from the global generator
+    torch.manual_seed(config.seed + rank)  # dropout masks (LoRA's, adapters') draw from the global generator
     generator = torch.Generator().manual_seed(config.seed)
     steps_per_epoch = -(-len(data) // config.batch_size)
     total = steps_per_epoch * config.epochs
-    optimizer = torch.optim.AdamW(parameters, lr=config.lr, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / (total + 1))
+    step = make_step(model, parameters, config.lr, total)
     model.train()
     started = time.perf_counter()
     for _epoch in range(config.epochs):
         order = torch.randperm(len(data), generator=generator).tolist()
         epoch_loss = epoch_tokens = 0.0
         for start in range(0, len(order), config.batch_size):
-            batch = collate(
-                [data[i] for i in order[start : start + config.batch_size]], tokenizer.pad_token_id, seq2seq
-            )
-            loss = model(**batch).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(parameters, 1.0)
-            optimizer.step()
-            scheduler.step()
-            n = predicted_tokens(batch["labels"], seq2seq)
-            epoch_loss, epoch_tokens = epoch_loss + loss.item() * n, epoch_tokens + n
-            result.loss_curve.append(round(loss.item(), 4))
+            rows = order[start : start + config.batch_size][rank::world]
+            weight = 1.0 if rows else 0.0  # a short last batch leaves a rank idle: it steps with zero loss
+            batch = collate([data[i] for i in rows or order[:1]], tokenizer.pad_token_id, seq2seq)
+            loss = step(batch, weight)
+            n = predicted_tokens(batch["labels"], seq2seq) * weight
+            summed = torch.tensor([loss.item() * n, n], dtype=torch.float64)
+            if world > 1:
+                torch.distributed.all_reduce(summed)
+            epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
+            result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
         result.epoch_losses.append(round(epoch_loss / max(1, epoch_tokens), 4))
     result.steps = total
     result.seconds = round(time.perf_counter() - started, 2)

@@ -55,7 +55,10 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
     assert set(metrics) == set(DEFAULT_ATTACKS) and all(set(m) >= METRIC_KEYS for m in metrics.values())
     assert metrics["loss"]["tpr_at_0.1pct_fpr"] is None  # 100 non-members cannot measure 0.1 % FPR
     record = json.loads((cell_dir / "cell.json").read_text())
-    assert record["trainable_params"] > 0 and record["config"]["train"] | {"lr": 1e-2, "epochs": 20} == record["config"]["train"]
+    assert (
+        record["trainable_params"] > 0
+        and record["config"]["train"] | {"lr": 1e-2, "epochs": 20} == record["config"]["train"]
+    )
     assert record["provenance"]["split"]["members"] and record["versions"]["torch"]
     assert (out / "privauditor.json").exists() and (out / "plots" / f"{cell_dir.name}.png").stat().st_size > 0
     assert "loss" in printed and "AUC" in printed

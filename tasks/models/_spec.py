@@ -18,6 +18,7 @@ class Resources:
     gpus: float = 0.0
     cpus: float = 1.0
     memory_gb: float = 2.0
+    zero_stage: int | None = None  # train under DeepSpeed ZeRO at this stage (None: the plain loop)
 
 
 @dataclass(frozen=True)

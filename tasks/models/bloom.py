@@ -42,5 +42,9 @@ class BloomFamily(Family):
 
 
 register_checkpoint(
-    "bigscience/bloom-7b1", "bloom", "7.1B", Resources(gpus=1, cpus=8, memory_gb=48), dtype="bfloat16"
+    "bigscience/bloom-7b1",
+    "bloom",
+    "7.1B",
+    Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
+    dtype="bfloat16",
 )

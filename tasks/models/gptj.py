@@ -44,5 +44,9 @@ class GPTJFamily(Family):
 
 
 register_checkpoint(
-    "EleutherAI/gpt-j-6b", "gptj", "6B", Resources(gpus=1, cpus=8, memory_gb=48), dtype="bfloat16"
+    "EleutherAI/gpt-j-6b",
+    "gptj",
+    "6B",
+    Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
+    dtype="bfloat16",
 )

@@ -44,5 +44,9 @@ class LlamaFamily(Family):
 
 
 register_checkpoint(
-    "yahma/llama-7b-hf", "llama", "6.7B", Resources(gpus=1, cpus=8, memory_gb=48), dtype="bfloat16"
+    "yahma/llama-7b-hf",
+    "llama",
+    "6.7B",
+    Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
+    dtype="bfloat16",
 )

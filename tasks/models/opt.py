@@ -42,5 +42,9 @@ class OPTFamily(Family):
 
 
 register_checkpoint(
-    "facebook/opt-6.7b", "opt", "6.7B", Resources(gpus=1, cpus=8, memory_gb=48), dtype="bfloat16"
+    "facebook/opt-6.7b",
+    "opt",
+    "6.7B",
+    Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
+    dtype="bfloat16",
 )

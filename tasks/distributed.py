@@ -1,0 +1,170 @@
+"""A cell's adaptation step across data-parallel workers under DeepSpeed ZeRO.
+
+:func:`train_worker` runs on every rank of an initialised ``torch.distributed`` group (Ray Train's
+``TorchTrainer`` sets one up; any launcher that does works): each rank loads the base, applies the
+technique with the cell's seed, and trains its share of every global batch through a DeepSpeed engine
+(ZeRO stage 0-3, optional CPU offload, bf16 where the accelerator supports it, a plain torch AdamW so
+no optimizer kernels are compiled). The trained weights are gathered with every rank taking part
+(ZeRO-3 partitions them) and rank 0 writes them, with the loss record, to ``workdir``;
+:func:`load_trained` puts them into the cell's own model, which is then saved and scored exactly as
+after one-process training. Nothing here imports Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .training import TrainConfig, TrainResult, apply_seeded, linear_decay, train
+
+STATE_FILE = "trained.safetensors"
+RESULT_FILE = "train.json"
+
+
+def deepspeed_config(settings: dict[str, Any], micro_batch: int) -> dict[str, Any]:
+    """The DeepSpeed config for ``train.deepspeed`` settings (stage, offload, bf16)."""
+    stage, offload = settings["stage"], settings["offload"]
+    bf16 = settings["bf16"]
+    if bf16 is None:
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    zero: dict[str, Any] = {"stage": stage}
+    if stage == 3:
+        # Partition every parameter (the default keeps those under 1e5 elements whole on each rank, so a
+        # small model would never really be sharded); saves gather the whole weights.
+        zero["stage3_param_persistence_threshold"] = 0
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    if offload:
+        zero["offload_optimizer"] = {"device": "cpu"}
+        if stage == 3:
+            zero["offload_param"] = {"device": "cpu"}
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": 1.0,
+        "zero_optimization": zero,
+        "bf16": {"enabled": bool(bf16)},
+        "zero_allow_untested_optimizer": True,  # the client optimizer is torch's AdamW
+        "zero_force_ds_cpu_optimizer": False,  # ... also with offload (DeepSpeed's CPU Adam compiles for minutes)
+        "steps_per_print": 10**9,
+    }
+
+
+class DeepSpeedStep:
+    """One optimisation step through a DeepSpeed engine (same optimizer and schedule as ``LocalStep``)."""
+
+    def __init__(self, settings: dict[str, Any], micro_batch: int) -> None:
+        self.settings, self.config, self.engine = settings, deepspeed_config(settings, micro_batch), None
+
+    def __call__(self, model: Any, parameters: list[Any], lr: float, total: int) -> DeepSpeedStep:
+        import deepspeed
+
+        optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_decay(total))
+        self.engine, *_ = deepspeed.initialize(
+            model=model,
+            optimizer=optimizer,
+            lr_scheduler=scheduler,
+            config=self.config,
+        )
+        return self
+
+    def step(self, batch: dict[str, torch.Tensor], weight: float) -> torch.Tensor:
+        batch = {k: v.to(self.engine.device) for k, v in batch.items()}
+        loss = self.engine(**batch).loss
+        self.engine.backward(loss * weight)
+        self.engine.step()
+        return loss.detach().float().cpu()
+
+    def gathered_trainable(self, names: list[str]) -> dict[str, torch.Tensor] | None:
+        """The trainable weights, whole, on rank 0 (None elsewhere); every rank must call this."""
+        import deepspeed
+
+        module, wanted = self.engine.module, set(names)
+        params = [p for n, p in module.named_parameters() if n in wanted]
+        with deepspeed.zero.GatheredParameters(
+            params, modifier_rank=None, enabled=self.settings["stage"] == 3
+        ):
+            if torch.distributed.get_rank() != 0:
+                return None
+            named = dict(module.named_parameters())
+            return {n: named[n].detach().float().cpu().clone() for n in names}
+
+
+def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """Train one cell's adaptation on this rank; rank 0 writes the weights and returns the record.
+
+    ``spec``: ``cell`` (the cell's settings), ``workdir`` (where rank 0 writes).
+    """
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is first imported
+    import deepspeed
+
+    from .adaptations import build_adaptation
+    from .config import cell_config
+    from .datasets import load_dataset
+    from .models import load_model
+    from .splits import draw_split
+
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    config = cell_config(spec["cell"])
+    resolved = config.resolved()
+    loaded = load_model(config.model)
+    technique = build_adaptation(config.adaptation, resolved["adaptation_params"])
+    model = apply_seeded(technique, loaded.model, loaded.family, seed=config.seed)
+    size = config.split
+    split = draw_split(
+        load_dataset(config.dataset), size.members, size.nonmembers, size.validation, config.seed
+    )
+    train_config = TrainConfig(
+        epochs=resolved["train"]["epochs"],
+        lr=resolved["train"]["lr"],
+        batch_size=config.train.batch_size,
+        max_length=config.train.max_length,
+        seed=config.seed,
+    )
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    step = DeepSpeedStep(resolved["train"]["deepspeed"], -(-config.train.batch_size // world))
+    result = train(
+        model, loaded.tokenizer, split.members, train_config, loaded.seq2seq,
+        make_step=lambda *a: step(*a).step, rank=rank, world=world,
+    )  # fmt: skip
+    state = step.gathered_trainable(names)
+    torch.distributed.barrier()
+    if rank != 0:
+        return None
+    from safetensors.torch import save_file
+
+    workdir = Path(spec["workdir"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(workdir / STATE_FILE))
+    used = step.config["zero_optimization"] | {"bf16": step.config["bf16"]["enabled"]}
+    record = result.__dict__ | {"workers": world, "deepspeed": used}
+    (workdir / RESULT_FILE).write_text(json.dumps(record))
+    return record
+
+
+def load_trained(model: Any, workdir: Path) -> TrainResult:
+    """Load rank 0's gathered weights into ``model`` (the technique applied, same seed) and return the
+    loss record; every trainable weight must be there and nothing else."""
+    from safetensors.torch import load_file
+
+    from .errors import PrivauditorError
+
+    state = load_file(str(workdir / STATE_FILE))
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if set(state) != set(trainable):
+        missing, extra = sorted(set(trainable) - set(state))[:3], sorted(set(state) - set(trainable))[:3]
+        raise PrivauditorError(
+            f"distributed training returned other weights (missing {missing}, unexpected {extra})"
+        )
+    with torch.no_grad():
+        for name, value in state.items():
+            trainable[name].copy_(value.to(trainable[name].dtype))
+    record = json.loads((workdir / RESULT_FILE).read_text())
+    fields = {k: record[k] for k in ("epochs", "lr", "steps", "seconds", "loss_curve", "epoch_losses")}
+    return TrainResult(**fields)
