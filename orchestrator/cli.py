@@ -88,11 +88,31 @@ def _local_launcher(config) -> object | None:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from privauditor.tasks.models import resolve_model
+
     from .sweep import load_sweep
 
     sweep = load_sweep(args.sweep, args.set or [])
-    rows = [[c.cell_id(), c.model, c.adaptation, c.dataset, c.seed] for c in sweep.cells]
-    print(tables.render(["cell_id", "model", "adaptation", "dataset", "seed"], rows))
+    rows = []
+    for c in sweep.cells:
+        needs, train = resolve_model(c.model).resources, c.resolved()["train"]
+        ds = train["deepspeed"]
+        zero = "-" if ds is None else f"ZeRO-{ds['stage']}" + (" offload" if ds["offload"] else "")
+        rows.append(
+            [
+                c.cell_id(),
+                c.model,
+                c.adaptation,
+                c.dataset,
+                c.seed,
+                needs.gpus,
+                needs.cpus,
+                train["workers"],
+                zero,
+            ]
+        )
+    header = ["cell_id", "model", "adaptation", "dataset", "seed", "gpus", "cpus", "workers", "deepspeed"]
+    print(tables.render(header, rows))
     print(f"\nsweep '{sweep.name}': {len(sweep.cells)} cells")
     for dropped in sweep.dropped:
         print(f"dropped {dropped.model} x {dropped.adaptation}: {dropped.reason}")

@@ -1,7 +1,7 @@
 """``privauditor run``: a sweep's cells as Ray Tune trials, finished cells skipped, a leaderboard at the end.
 
-Each cell is one trial (``tune.with_resources``: CPUs from ``run.cpus_per_trial``, GPUs from the model
-spec when CUDA is there), at most ``run.max_concurrent_trials`` at once, retried ``run.max_failures`` times
+Each cell is one trial (``tune.with_resources`` per cell: the model spec's CPUs and GPUs unless the
+``run`` block sets them; see :func:`trial_resources`), at most ``run.max_concurrent_trials`` at once, retried ``run.max_failures`` times
 (``FailureConfig``), with worker processes reused between cells (``reuse_actors``) so imports are paid
 once per worker. Cells whose folder has ``DONE`` are not scheduled at all, so a rerun after a crash, or
 after adding cells to the sweep, runs only what is missing. Work cells share is done once: every base
@@ -34,9 +34,8 @@ def _trial(
     config: dict[str, Any],
     out: str,
     settings: dict[str, dict[str, Any]],
-    threads: int,
+    resources: dict[str, dict[str, float]],
     sweep: Sweep | None = None,
-    gpus_per_worker: float = 0.0,
 ) -> None:
     """One cell, inside a Ray Tune trial; a finished cell is mirrored to W&B from here (once: a retried
     trial logs only when it succeeds)."""
@@ -51,9 +50,11 @@ def _trial(
     from .distributed import RayTrainLauncher
     from .plots import roc_png
 
+    needs = resources[config["cell_id"]]
+    threads = max(1, int(needs["CPU"]))
     torch.set_num_threads(threads)  # two trials' thread pools on the same cores slow both many times over
     cell = cell_config(settings[config["cell_id"]])
-    launcher = RayTrainLauncher(cpus_per_worker=threads, gpus_per_worker=gpus_per_worker)
+    launcher = RayTrainLauncher(cpus_per_worker=threads, gpus_per_worker=min(needs.get("GPU", 0.0), 1.0))
     runtime = {
         "ray_node_id": ray.get_runtime_context().get_node_id(),
         "trial_id": tune.get_context().get_trial_id(),
@@ -86,6 +87,21 @@ def _build_masked_lm() -> str:
 
     torch.set_num_threads(1)
     return str(masked_lm_dir())
+
+
+def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:
+    """A cell's trial resources: CPUs from ``run.cpus_per_trial`` or else the model spec; GPUs from
+    ``run.gpus_per_trial`` (a number), none (null), or with ``auto`` the model spec's (at least one)
+    when the cluster has GPUs. DeepSpeed workers get their own resources besides these."""
+    from privauditor.tasks.models import resolve_model
+
+    needs = resolve_model(cell.model).resources
+    cpus = needs.cpus if run.cpus_per_trial is None else run.cpus_per_trial
+    if run.gpus_per_trial == "auto":
+        gpus = max(needs.gpus, 1.0) if has_gpus else 0.0
+    else:
+        gpus = float(run.gpus_per_trial or 0.0)
+    return {"CPU": float(cpus)} | ({"GPU": gpus} if gpus else {})
 
 
 def pending(sweep: Sweep, out: Path) -> list[Any]:
@@ -137,17 +153,15 @@ def _tune(sweep: Sweep, todo: list[Any], out: Path, address: str | None, max_con
     if any("neighbourhood" in c.attacks for c in todo):
         shared.append(build_mlm.remote())
     ray.get(shared)  # every base exists before the trials start: built once, not by racing trials
-    gpus = 0.0
-    if run.gpus_per_trial not in (None, "auto"):
-        gpus = float(run.gpus_per_trial)
-    elif run.gpus_per_trial == "auto" and ray.cluster_resources().get("GPU", 0) > 0:
-        gpus = 1.0
+    has_gpus = ray.cluster_resources().get("GPU", 0) > 0
     settings = {c.cell_id(): dataclasses.asdict(c) | {"attacks": list(c.attacks)} for c in todo}
-    threads = max(1, int(run.cpus_per_trial))
+    resources = {c.cell_id(): trial_resources(c, run, has_gpus) for c in todo}
     trainable = tune.with_parameters(
-        _trial, out=str(out), settings=settings, threads=threads, sweep=sweep, gpus_per_worker=min(gpus, 1.0)
+        _trial, out=str(out), settings=settings, resources=resources, sweep=sweep
     )
-    trainable = tune.with_resources(trainable, {"cpu": run.cpus_per_trial, "gpu": gpus})
+    trainable = tune.with_resources(
+        trainable, lambda config: tune.PlacementGroupFactory([resources[config["cell_id"]]])
+    )
 
     class Progress(tune.Callback):
         """Rebuilds the leaderboard as cells finish and prints done / running / failed with an ETA."""

@@ -10,6 +10,7 @@ import yaml
 
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.sweep import SWEEPS_DIR, load_sweep, parse_sweep
+from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 
 BASE = {
@@ -123,3 +124,32 @@ def test_validate_reports_bad_yaml_with_its_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "broken.yaml line" in err and "not valid YAML" in err
     assert main(["validate", "smok"]) == 2 and "did you mean 'smoke'" in capsys.readouterr().err
+
+
+def test_paper_sweep_resolves_every_cell_with_resources_and_deepspeed(capsys):
+    assert main(["validate", "paper"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.count("__") == 4]
+    assert len(rows) == 459
+    by_kind = {(r[1], r[2]): r[5:] for r in rows}
+    assert by_kind[("yahma/llama-7b-hf", "full")] == ["1", "8", "4", "ZeRO-3"]
+    assert by_kind[("yahma/llama-7b-hf", "lora")] == ["1", "8", "1", "ZeRO-2"]  # the 7B spec's stage
+    assert by_kind[("yahma/llama-7b-hf", "none")] == ["1", "8", "1", "-"]  # nothing to train
+
+
+def test_trial_resources_come_from_the_model_spec_unless_the_run_block_sets_them():
+    from privauditor.orchestrator.runner import trial_resources
+    from privauditor.orchestrator.sweep import RunSettings
+
+    tiny, big = (
+        cell_config({"model": m, "adaptation": "lora", "dataset": "finance"})
+        for m in ("tiny-gpt2", "yahma/llama-7b-hf")
+    )
+    auto = RunSettings()
+    assert trial_resources(tiny, auto, has_gpus=False) == {"CPU": 1.0}
+    assert trial_resources(tiny, auto, has_gpus=True) == {"CPU": 1.0, "GPU": 1.0}
+    assert trial_resources(big, auto, has_gpus=True) == {"CPU": 8.0, "GPU": 1.0}
+    assert trial_resources(big, RunSettings(cpus_per_trial=2, gpus_per_trial=0.5), True) == {
+        "CPU": 2.0,
+        "GPU": 0.5,
+    }
+    assert trial_resources(big, RunSettings(gpus_per_trial=None), True) == {"CPU": 8.0}
