@@ -173,6 +173,11 @@ def _tune(sweep: Sweep, todo: list[Any], out: Path, address: str | None, max_con
             build(out)
             self._line(trials, trial)
 
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            lines = str(trial.get_pickled_error() or "").strip().splitlines()
+            print(f"[privauditor] cell {trial.config['cell_id']} failed (attempt {trial.num_failures}), "
+                  f"retrying: {lines[-1] if lines else 'unknown error'}", flush=True)  # fmt: skip
+
         def on_trial_error(self, iteration, trials, trial, **info):
             self.failed += 1
             self._line(trials, trial)
@@ -190,7 +195,10 @@ def _tune(sweep: Sweep, todo: list[Any], out: Path, address: str | None, max_con
         trainable,
         param_space={"cell_id": tune.grid_search(list(settings))},
         tune_config=tune.TuneConfig(
-            max_concurrent_trials=max_concurrent or run.max_concurrent_trials, reuse_actors=True
+            max_concurrent_trials=max_concurrent or run.max_concurrent_trials,
+            reuse_actors=True,
+            trial_name_creator=lambda trial: trial.config["cell_id"],
+            trial_dirname_creator=lambda trial: trial.config["cell_id"],
         ),
         run_config=tune.RunConfig(
             name=sweep.name,
