@@ -59,7 +59,8 @@ def _trial(
         "ray_node_id": ray.get_runtime_context().get_node_id(),
         "trial_id": tune.get_context().get_trial_id(),
     }
-    outcome = run_cell(cell, Path(out), distributed=launcher, runtime=runtime)
+    timeout_s = sweep.run.cell_timeout_s if sweep is not None else None
+    outcome = run_cell(cell, Path(out), distributed=launcher, runtime=runtime, timeout_s=timeout_s)
     roc_png(outcome.metrics, Path(out) / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     if sweep is not None and not outcome.skipped:
         from .tracking import log_cell

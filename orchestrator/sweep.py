@@ -41,11 +41,13 @@ class RunSettings:
     cpus_per_trial: float | None = None  # None: the model spec's (1 for the tiny bases)
     gpus_per_trial: float | str | None = "auto"  # "auto": one GPU per trial when the cluster has GPUs
     storage_path: str | None = None  # shared storage for Ray's trial state (default: OUT/ray)
-    cell_timeout_s: float | None = None  # accepted as null only: per-cell timeouts are not enforced yet
+    cell_timeout_s: float | None = None  # a cell past this stops (no DONE) and counts as a failure
 
     def __post_init__(self) -> None:
-        if self.cell_timeout_s is not None:
-            raise PrivauditorError("run.cell_timeout_s is not supported yet: leave it null")
+        if self.cell_timeout_s is not None and self.cell_timeout_s <= 0:
+            raise PrivauditorError(
+                f"run.cell_timeout_s must be a number of seconds > 0 or null, not {self.cell_timeout_s!r}"
+            )
         gpus = self.gpus_per_trial
         if not (gpus in (None, "auto") or (type(gpus) in (int, float) and gpus >= 0)):
             raise PrivauditorError(f"run.gpus_per_trial must be auto, null or a number >= 0, not {gpus!r}")

@@ -24,6 +24,7 @@ import numpy as np
 
 from .config import CellConfig, slug
 from .datasets import Example
+from .deadline import limit, remaining
 from .errors import PrivauditorError
 from .signals import write_json
 
@@ -88,13 +89,18 @@ class _Clock:
 
 
 def run_cell(
-    config: CellConfig, out: Path, distributed: Any = None, runtime: dict[str, Any] | None = None
+    config: CellConfig,
+    out: Path,
+    distributed: Any = None,
+    runtime: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
 ) -> CellOutcome:
     """Run (or find DONE) the cell ``config`` under the results folder ``out``.
 
     ``distributed(spec, workers)`` runs :func:`privauditor.tasks.distributed.train_worker` on
     ``workers`` ranks (Ray Train does, from the orchestrator); cells whose resolved ``train.deepspeed``
-    is set need it. ``runtime`` (e.g. the Ray node) is recorded in ``cell.json``.
+    is set need it. ``runtime`` (e.g. the Ray node) is recorded in ``cell.json``. Past ``timeout_s``
+    the cell stops with :class:`~privauditor.tasks.deadline.CellTimeout` and no ``DONE``.
     """
     out = Path(out)
     cell_id = config.cell_id()
@@ -109,7 +115,8 @@ def run_cell(
     check_results_dir(out)
     shutil.rmtree(cell_dir, ignore_errors=True)  # an unfinished earlier attempt
     cell_dir.mkdir(parents=True)
-    record = execute(config, cell_id, cell_dir, out / "shared", _Clock(), distributed)
+    with limit(timeout_s):
+        record = execute(config, cell_id, cell_dir, out / "shared", _Clock(), distributed)
     write_json(cell_dir / "cell.json", record | {"versions": versions(), "runtime": runtime or {}})
     write_json(
         cell_dir / "DONE",
@@ -208,6 +215,7 @@ def execute(
             "epoch_losses": result.epoch_losses,
         },
         "utility_loss": utility,
+        "device": str(next(model.parameters()).device),
         "n_members": len(split.members),
         "n_nonmembers": len(split.nonmembers),
         "timings": clock.seconds,
@@ -218,7 +226,8 @@ def train_elsewhere(config: CellConfig, model: Any, workdir: Path, distributed: 
     """Train on ``train.workers`` ranks under DeepSpeed and load the result into ``model``."""
     from .distributed import load_trained
 
-    distributed({"cell": config.to_dict(), "workdir": str(workdir)}, config.resolved()["train"]["workers"])
+    spec = {"cell": config.to_dict(), "workdir": str(workdir), "timeout_s": remaining()}
+    distributed(spec, config.resolved()["train"]["workers"])
     result = load_trained(model, workdir)
     shutil.rmtree(workdir)
     return result

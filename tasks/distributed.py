@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from .deadline import limit
 from .training import TrainConfig, TrainResult, apply_seeded, linear_decay, train
 
 STATE_FILE = "trained.safetensors"
@@ -129,11 +130,12 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     )
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     step = DeepSpeedStep(resolved["train"]["deepspeed"], -(-config.train.batch_size // world))
-    result = train(
-        model, loaded.tokenizer, split.members, train_config, loaded.seq2seq,
-        make_step=lambda *a: step(*a).step, rank=rank, world=world,
-    )  # fmt: skip
-    state = step.gathered_trainable(names)
+    with limit(spec.get("timeout_s")):
+        result = train(
+            model, loaded.tokenizer, split.members, train_config, loaded.seq2seq,
+            make_step=lambda *a: step(*a).step, rank=rank, world=world,
+        )  # fmt: skip
+    state = step.gathered_trainable(names)  # every rank's loop checks the same time limit
     torch.distributed.barrier()
     if rank != 0:
         return None
@@ -164,7 +166,7 @@ def load_trained(model: Any, workdir: Path) -> TrainResult:
         )
     with torch.no_grad():
         for name, value in state.items():
-            trainable[name].copy_(value.to(trainable[name].dtype))
+            trainable[name].copy_(value.to(trainable[name].device, trainable[name].dtype))
     record = json.loads((workdir / RESULT_FILE).read_text())
     fields = {k: record[k] for k in ("epochs", "lr", "steps", "seconds", "loss_curve", "epoch_losses")}
     return TrainResult(**fields)

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .cache import file_lock, stable_hash
+from .deadline import check
 from .signals import write_table
 
 NEIGHBOURS_FORMAT = 1
@@ -60,6 +61,7 @@ def generate_neighbours(
     out: list[str] = []
     with torch.inference_mode():
         for start in range(0, len(jobs), batch_size):
+            check("neighbour generation")
             chunk = jobs[start : start + batch_size]
             width = max(len(ids) for ids, _ in chunk)
             original = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .datasets import Example
+from .deadline import check
 from .training import collate, encode
 
 
@@ -76,6 +77,7 @@ def score_examples(
     device = _device(model)
     out: list[TokenStats] = []
     for start in range(0, len(data), batch_size):
+        check("scoring")
         batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, seq2seq)
         labels = batch["labels"]
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -140,6 +142,7 @@ def gradient_norms(
     norms = []
     try:
         for item in encode(tokenizer, examples, max_length, seq2seq):
+            check("gradients")
             batch = {k: v.to(device) for k, v in collate([item], tokenizer.pad_token_id, seq2seq).items()}
             grads = torch.autograd.grad(model(**batch).loss, params, allow_unused=True)
             flat = torch.cat([g.detach().float().flatten() for g in grads if g is not None])

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .datasets import Example
+from .deadline import check, expired, timeout
 
 log = logging.getLogger(__name__)
 
@@ -151,20 +152,25 @@ def train(
     steps_per_epoch = -(-len(data) // config.batch_size)
     total = steps_per_epoch * config.epochs
     step = make_step(model, parameters, config.lr, total)
+    device = parameters[0].device
     model.train()
     started = time.perf_counter()
     for _epoch in range(config.epochs):
         order = torch.randperm(len(data), generator=generator).tolist()
         epoch_loss = epoch_tokens = 0.0
         for start in range(0, len(order), config.batch_size):
+            if world == 1:
+                check("training")
             rows = order[start : start + config.batch_size][rank::world]
             weight = 1.0 if rows else 0.0  # a short last batch leaves a rank idle: it steps with zero loss
             batch = collate([data[i] for i in rows or order[:1]], tokenizer.pad_token_id, seq2seq)
-            loss = step(batch, weight)
+            loss = step({k: v.to(device) for k, v in batch.items()}, weight)
             n = predicted_tokens(batch["labels"], seq2seq) * weight
-            summed = torch.tensor([loss.item() * n, n], dtype=torch.float64)
-            if world > 1:
+            summed = torch.tensor([loss.item() * n, n, float(expired())], dtype=torch.float64)
+            if world > 1:  # ranks agree on the time limit too, so none is left waiting in a collective
                 torch.distributed.all_reduce(summed)
+                if summed[2] > 0:
+                    raise timeout("training")
             epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
             result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
         result.epoch_losses.append(round(epoch_loss / max(1, epoch_tokens), 4))
@@ -185,11 +191,12 @@ def validation_loss(
 ) -> float:
     """Utility: mean per-token NLL (nats) of the model on the examples' target tokens."""
     model.eval()
+    device = next(model.parameters()).device
     data = encode(tokenizer, examples, max_length, seq2seq)
     total = tokens = 0.0
     for start in range(0, len(data), batch_size):
         batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, seq2seq)
         n = predicted_tokens(batch["labels"], seq2seq)
-        total += model(**batch).loss.item() * n
+        total += model(**{k: v.to(device) for k, v in batch.items()}).loss.item() * n
         tokens += n
     return total / max(1, tokens)

@@ -145,3 +145,19 @@ def test_cli_errors_exit_2_and_leave_nothing(tmp_path, capsys):
     argv = ["cell", "--model", "tiny-opt", "--adaptation", "none", "--dataset", "finance", "--out", str(out)]
     assert main([*argv, "--set", "attacks=[loss]"]) == 2
     assert "results format" in capsys.readouterr().err and not (out / "cells").exists()
+
+
+def test_a_cell_past_its_time_limit_stops_without_done_and_reruns_cleanly(tmp_path):
+    from privauditor.tasks.deadline import CellTimeout
+
+    config = cell_config(
+        {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "climate"},
+        ["split={members: 8, nonmembers: 8, validation: 4}", "train.epochs=1", "attacks=[loss]"],
+    )
+    with pytest.raises(CellTimeout, match=r"run.cell_timeout_s = 0.01 s \(in training\)") as error:
+        run_cell(config, tmp_path, timeout_s=0.01)
+    assert "\n" not in str(error.value)
+    cell_dir = tmp_path / "cells" / config.cell_id()
+    assert not (cell_dir / "DONE").exists() and not (cell_dir / "metrics.json").exists()
+    outcome = run_cell(config, tmp_path, timeout_s=600)  # the unfinished attempt is replaced
+    assert (outcome.path / "DONE").exists() and not outcome.skipped

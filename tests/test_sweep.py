@@ -69,6 +69,10 @@ def test_run_block_takes_fractional_gpus():
     assert (
         parse_sweep(BASE | {"run": {"cell_timeout_s": None}}).run.cell_timeout_s is None
     )  # the design's example
+    assert parse_sweep(BASE | {"run": {"cell_timeout_s": 600}}).run.cell_timeout_s == 600.0
+    for bad in (0, -5, "1h"):
+        with pytest.raises(PrivauditorError, match="cell_timeout_s"):
+            parse_sweep(BASE | {"run": {"cell_timeout_s": bad}})
 
 
 def test_exclude_drops_matching_cells():
@@ -90,7 +94,7 @@ def test_exclude_drops_matching_cells():
         (BASE | {"exclude": [{"modle": "tiny-opt"}]}, "did you mean 'model'"),
         (BASE | {"run": {"max_failure": 1}}, "did you mean 'max_failures'"),
         (BASE | {"run": {"gpus_per_trial": "many"}}, "auto, null or a number"),
-        (BASE | {"run": {"cell_timeout_s": 60}}, "not supported yet"),
+        (BASE | {"run": {"cell_timeout_s": 0}}, "seconds > 0 or null"),
         (BASE | {"tracking": {"wandb": {"mode": "sometimes"}}}, "offline, online or disabled"),
         (BASE | {"seeds": ["zero"]}, "integers"),
         ([1, 2], "mapping"),

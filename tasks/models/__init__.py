@@ -122,11 +122,13 @@ def checkpoint_path(spec: ModelSpec) -> str:
     return spec.path
 
 
-def load_model(model: str | ModelSpec, device: str = "cpu") -> LoadedModel:
-    """Load tokenizer and weights for a model name or spec, in eval mode on ``device``."""
+def load_model(model: str | ModelSpec, device: str | None = None) -> LoadedModel:
+    """Load tokenizer and weights for a model name or spec, in eval mode on ``device`` (default: the
+    GPU when this process has one, as a Ray trial given a GPU does, else the CPU)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     spec = model if isinstance(model, ModelSpec) else resolve_model(model)
     family = FAMILIES.get(spec.family)
     path = checkpoint_path(spec)
