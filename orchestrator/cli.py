@@ -133,13 +133,13 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .leaderboard import build, summary
+    from .leaderboard import SUMMARY_HEADER, build, summary
 
     out = Path(args.dir)
     if not (out / "cells").is_dir():
         raise PrivauditorError(f"{out} is not a results folder (no cells/ inside)")
     found = build(out)
-    print(tables.render(["adaptation", "AUC mean ± std", "rows"], summary(found, "adaptation")))
+    print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
     print(f"leaderboard: {out / 'leaderboard.html'} ({len(found)} rows)")
     return 0
 

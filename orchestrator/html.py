@@ -71,7 +71,7 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
 
 
 def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
-    from .leaderboard import summary
+    from .leaderboard import SUMMARY_HEADER, summary
 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>privauditor leaderboard</title>"]
     parts.append(f"<style>{STYLE}</style></head><body><h1>privauditor leaderboard</h1>")
@@ -79,12 +79,9 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     parts.append(f"<p>{cells} finished cells, {len(found)} (cell, attack) rows.</p>")
     if found:
         parts.append(
-            "<h2>Per adaptation</h2>"
-            + _table(["adaptation", "AUC mean ± std", "rows"], summary(found, "adaptation"))
+            "<h2>Per adaptation</h2>" + _table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))
         )
-        parts.append(
-            "<h2>Per attack</h2>" + _table(["attack", "AUC mean ± std", "rows"], summary(found, "attack"))
-        )
+        parts.append("<h2>Per attack</h2>" + _table(["attack", *SUMMARY_HEADER], summary(found, "attack")))
         parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(found), "privacy-utility"))
     header = [
         "model",

@@ -1,0 +1,23 @@
+"""Leaderboard summaries: mean ± std per adaptation / attack, across seeds when there are several."""
+
+from __future__ import annotations
+
+from privauditor.orchestrator.leaderboard import summary
+
+
+def row(adaptation, seed, auc, attack="loss"):
+    return {"adaptation": adaptation, "seed": seed, "auc": auc, "attack": attack}
+
+
+def test_one_seed_spreads_over_rows_and_several_seeds_over_seed_means():
+    found = [
+        row("lora", 0, 0.6), row("lora", 0, 0.8, "zlib"),  # seed 0 mean 0.7
+        row("lora", 1, 0.5), row("lora", 1, 0.5, "zlib"),  # seed 1 mean 0.5
+        row("full", 0, 0.9), row("full", 0, 0.7, "zlib"),
+    ]  # fmt: skip
+    table = {r[0]: r[1:] for r in summary(found, "adaptation")}
+    assert table["lora"] == ["0.600 ± 0.141", "2 seeds", 4]  # mean of (0.7, 0.5), sample std sqrt(0.02)
+    assert table["full"] == ["0.800 ± 0.100", "rows", 2]  # one seed: population std of the rows
+    assert [r[0] for r in summary(found, "adaptation")] == ["full", "lora"]  # best first
+    per_attack = {r[0]: r[1:] for r in summary(found, "attack")}
+    assert per_attack["zlib"] == ["0.625 ± 0.177", "2 seeds", 3]  # seed means 0.75 (lora, full) and 0.5
