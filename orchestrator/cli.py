@@ -43,7 +43,7 @@ def _prepare(args: argparse.Namespace) -> int:
 def _cell(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from privauditor.tasks.cell import run_cell
+    from privauditor.tasks.cell import CellEnvironment, run_cell
     from privauditor.tasks.config import cell_config
 
     from .matrix import check_cell
@@ -58,7 +58,7 @@ def _cell(args: argparse.Namespace) -> int:
     config = cell_config(settings, args.set or [])
     check_cell(config.model, config.adaptation)
     out = Path(args.out)
-    outcome = run_cell(config, out, distributed=_local_launcher(config))
+    outcome = run_cell(config, out, CellEnvironment(distributed=_local_launcher(config)))
     state = "already done" if outcome.skipped else "done"
     print(f"cell {outcome.cell_id} {state}: {outcome.path}")
     print(tables.metrics_table(outcome.metrics))

@@ -45,7 +45,7 @@ def _trial(
     import torch
     from ray import tune
 
-    from privauditor.tasks.cell import run_cell
+    from privauditor.tasks.cell import CellEnvironment, run_cell
 
     from .distributed import RayTrainLauncher
     from .plots import roc_png
@@ -59,8 +59,13 @@ def _trial(
         "ray_node_id": ray.get_runtime_context().get_node_id(),
         "trial_id": tune.get_context().get_trial_id(),
     }
-    timeout_s = sweep.run.cell_timeout_s if sweep is not None else None
-    outcome = run_cell(cell, Path(out), distributed=launcher, runtime=runtime, timeout_s=timeout_s)
+    env = CellEnvironment(
+        distributed=launcher,
+        map_jobs=ray_tasks,
+        timeout_s=sweep.run.cell_timeout_s if sweep is not None else None,
+        runtime=runtime | {"attacks": "ray tasks"},
+    )
+    outcome = run_cell(cell, Path(out), env)
     roc_png(outcome.metrics, Path(out) / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     if sweep is not None and not outcome.skipped:
         from .tracking import log_cell
@@ -69,6 +74,15 @@ def _trial(
         log_cell(sweep.wandb, sweep.name, Path(out), record, outcome.metrics)
     aucs = [m["auc"] for m in outcome.metrics.values() if "auc" in m]
     tune.report({"max_auc": max(aucs) if aucs else float("nan"), "skipped": outcome.skipped})
+
+
+def ray_tasks(job: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:
+    """Run ``job(*args)`` for every args as parallel Ray tasks. They ask for no CPU: attacks on stored
+    signals take milliseconds to a second, and must not queue behind trials holding every CPU."""
+    import ray
+
+    remote = ray.remote(num_cpus=0, max_retries=2)(job)
+    return ray.get([remote.remote(*args) for args in jobs])
 
 
 def _build_base(name: str) -> str:

@@ -15,13 +15,14 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .attack_job import in_process
 from .config import CellConfig, slug
 from .datasets import Example
 from .deadline import limit, remaining
@@ -88,26 +89,30 @@ class _Clock:
             self.seconds[step] = round(self.seconds.get(step, 0.0) + time.perf_counter() - started, 3)
 
 
-def run_cell(
-    config: CellConfig,
-    out: Path,
-    distributed: Any = None,
-    runtime: dict[str, Any] | None = None,
-    timeout_s: float | None = None,
-) -> CellOutcome:
-    """Run (or find DONE) the cell ``config`` under the results folder ``out``.
+@dataclass(frozen=True)
+class CellEnvironment:
+    """What the orchestrator lends a cell (the defaults: one process, no limit)."""
 
-    ``distributed(spec, workers)`` runs :func:`privauditor.tasks.distributed.train_worker` on
-    ``workers`` ranks (Ray Train does, from the orchestrator); cells whose resolved ``train.deepspeed``
-    is set need it. ``runtime`` (e.g. the Ray node) is recorded in ``cell.json``. Past ``timeout_s``
-    the cell stops with :class:`~privauditor.tasks.deadline.CellTimeout` and no ``DONE``.
-    """
+    #: ``distributed(spec, workers)`` runs :func:`privauditor.tasks.distributed.train_worker` on
+    #: ``workers`` ranks (Ray Train, from the orchestrator); cells whose ``train.deepspeed`` is set need it
+    distributed: Callable[[dict[str, Any], int], Any] | None = None
+    #: ``map_jobs(attack_job, jobs)``: how the attacks run on the stored signals (Ray tasks in a sweep)
+    map_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] = in_process
+    #: past this many seconds the cell stops with :class:`~privauditor.tasks.deadline.CellTimeout`
+    timeout_s: float | None = None
+    #: recorded in ``cell.json`` (e.g. the Ray node that ran the cell)
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+
+def run_cell(config: CellConfig, out: Path, env: CellEnvironment = CellEnvironment()) -> CellOutcome:
+    """Run (or find DONE) the cell ``config`` under the results folder ``out``, without ``DONE`` if it
+    fails or runs past ``env.timeout_s``."""
     out = Path(out)
     cell_id = config.cell_id()
     cell_dir = out / "cells" / cell_id
     if (cell_dir / "DONE").exists():
         return CellOutcome(cell_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
-    if distributed is None and config.resolved()["train"]["deepspeed"] is not None:
+    if env.distributed is None and config.resolved()["train"]["deepspeed"] is not None:
         raise PrivauditorError(
             f"{cell_id}: train.deepspeed / train.workers > 1 train under Ray Train: "
             "run the cell with `privauditor cell` or `privauditor run`"
@@ -115,9 +120,9 @@ def run_cell(
     check_results_dir(out)
     shutil.rmtree(cell_dir, ignore_errors=True)  # an unfinished earlier attempt
     cell_dir.mkdir(parents=True)
-    with limit(timeout_s):
-        record = execute(config, cell_id, cell_dir, out / "shared", _Clock(), distributed)
-    write_json(cell_dir / "cell.json", record | {"versions": versions(), "runtime": runtime or {}})
+    with limit(env.timeout_s):
+        record = execute(config, cell_id, cell_dir, out / "shared", _Clock(), env)
+    write_json(cell_dir / "cell.json", record | {"versions": versions(), "runtime": env.runtime})
     write_json(
         cell_dir / "DONE",
         {"cell_id": cell_id, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
@@ -126,7 +131,7 @@ def run_cell(
 
 
 def execute(
-    config: CellConfig, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock, distributed: Any = None
+    config: CellConfig, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock, env: CellEnvironment
 ) -> dict[str, Any]:
     """The cell's work; returns the ``cell.json`` record (config, provenance, timings, training)."""
     from .adaptations import build_adaptation
@@ -163,7 +168,7 @@ def execute(
             "train", lambda: train(model, loaded.tokenizer, split.members, train_config, loaded.seq2seq)
         )
     else:
-        result = clock("train", lambda: train_elsewhere(config, model, cell_dir / ".train", distributed))
+        result = clock("train", lambda: train_elsewhere(config, model, cell_dir / ".train", env.distributed))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     adaptation_hash = "none"
     if config.adaptation != "none":
@@ -195,6 +200,7 @@ def execute(
         config.score.bootstrap,
         config.seed,
         clock,
+        env.map_jobs,
     )
     return {
         "cell_id": cell_id,

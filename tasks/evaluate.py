@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .attack_job import attack_job, in_process
 from .attacks import build_attack
 from .datasets import Example, content_hash
-from .metrics import attack_metrics
 from .neighbours import cached_neighbours
 from .scoring import gradient_norms, mean_nll, score_examples
 from .signals import Signals, SignalStore, signal_key, write_json, write_table
@@ -92,8 +92,12 @@ def evaluate(
     bootstrap: int = 1000,
     seed: int = 0,
     clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work(),
+    map_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] = in_process,
 ) -> dict[str, Any]:
     """Run ``attacks`` (name → hyper-parameters) on ``target``; returns metrics by attack.
+
+    Signals (and the views the attacks need) are computed here; the attacks themselves are jobs on the
+    stored signals, run through ``map_jobs`` (in this process, or as parallel Ray tasks).
 
     The reference model is loaded only if its signals are not stored yet (``None``: the reference
     attack is skipped with a note in the metrics).
@@ -113,21 +117,18 @@ def evaluate(
     )
     ids = signals.sample_id
     skipped: dict[str, str] = {}
-    reference_signals = None
+    reference_file = None
     if "reference" in needs:
         if reference is None:
             skipped["reference"] = "no reference model: a full checkpoint needs --reference"
         else:
+            reference_key = reference.identity.key(examples, max_length)
 
-            def reference_signals_() -> Signals:
-                def compute() -> Signals:
-                    return reference.load().signals(examples, member, max_length, batch_size)
+            def compute() -> Signals:
+                return reference.load().signals(examples, member, max_length, batch_size)
 
-                return store.get_or_compute(reference.identity.key(examples, max_length), compute).aligned_to(
-                    ids
-                )
-
-            reference_signals = clock("reference", reference_signals_)
+            clock("reference", lambda: store.get_or_compute(reference_key, compute))
+            reference_file = str(store.path(reference_key))
     if "neighbours" in needs:
         attack = next(a for a in built.values() if "neighbours" in a.needs)
         signals.neighbour_nll = clock(
@@ -146,17 +147,18 @@ def evaluate(
         )
     write_table(signals.to_table(), out_dir / "signals.parquet")
 
-    def run_attacks() -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        scores, metrics = {}, {}
-        for name, attack in built.items():
-            if name in skipped:
-                metrics[name] = {"skipped": skipped[name]}
-                continue
-            scores[name] = np.asarray(attack.score(signals, reference_signals), dtype=np.float64)
-            metrics[name] = attack_metrics(signals.member, scores[name], bootstrap, seed)
-        return scores, metrics
-
-    scores, metrics = clock("attacks", run_attacks)
+    signals_file = str(out_dir / "signals.parquet")
+    run = [name for name in built if name not in skipped]
+    jobs = [
+        (name, attacks[name] or {}, signals_file, reference_file if "reference" in built[name].needs else None,
+         bootstrap, seed)
+        for name in run
+    ]  # fmt: skip
+    results = clock("attacks", lambda: map_jobs(attack_job, jobs))
+    scores = {name: result[0] for name, result in zip(run, results, strict=True)}
+    metrics = {name: {"skipped": reason} for name, reason in skipped.items()}
+    metrics |= {name: result[1] for name, result in zip(run, results, strict=True)}
+    metrics = {name: metrics[name] for name in built}  # the attacks' order
     write_table(scores_table(ids, signals.member, scores), out_dir / "scores.parquet")
     write_json(out_dir / "metrics.json", metrics)
     return json.loads((out_dir / "metrics.json").read_text())

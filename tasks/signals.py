@@ -20,14 +20,16 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .cache import file_lock, stable_hash
-from .scoring import TokenStats
+
+if TYPE_CHECKING:  # scoring imports torch; attack jobs read signals without it
+    from .scoring import TokenStats
 
 SIGNALS_FORMAT = 1  # bump when what a signals table holds, or how it is computed, changes
 

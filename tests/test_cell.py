@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.orchestrator.cli import main
-from privauditor.tasks.cell import run_cell
+from privauditor.tasks.cell import CellEnvironment, run_cell
 from privauditor.tasks.config import DEFAULT_ATTACKS, cell_config
 from privauditor.tasks.errors import PrivauditorError
 
@@ -155,9 +155,9 @@ def test_a_cell_past_its_time_limit_stops_without_done_and_reruns_cleanly(tmp_pa
         ["split={members: 8, nonmembers: 8, validation: 4}", "train.epochs=1", "attacks=[loss]"],
     )
     with pytest.raises(CellTimeout, match=r"run.cell_timeout_s = 0.01 s \(in training\)") as error:
-        run_cell(config, tmp_path, timeout_s=0.01)
+        run_cell(config, tmp_path, CellEnvironment(timeout_s=0.01))
     assert "\n" not in str(error.value)
     cell_dir = tmp_path / "cells" / config.cell_id()
     assert not (cell_dir / "DONE").exists() and not (cell_dir / "metrics.json").exists()
-    outcome = run_cell(config, tmp_path, timeout_s=600)  # the unfinished attempt is replaced
+    outcome = run_cell(config, tmp_path, CellEnvironment(timeout_s=600))  # the unfinished attempt is replaced
     assert (outcome.path / "DONE").exists() and not outcome.skipped

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.orchestrator.distributed import RayTrainLauncher
-from privauditor.tasks.cell import run_cell
+from privauditor.tasks.cell import CellEnvironment, run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 
@@ -71,7 +71,7 @@ def test_two_worker_deepspeed_cell_matches_one_process_and_reloads(ray_session, 
     local = run_cell(cell_config(base, SETTINGS), results)  # DONE after the first stage: reused
     config = cell_config(base, [*SETTINGS, "train.workers=2", f"train.deepspeed.stage={stage}"])
     assert config.cell_id() != local.cell_id
-    outcome = run_cell(config, results, distributed=RayTrainLauncher(cpus_per_worker=1))
+    outcome = run_cell(config, results, CellEnvironment(distributed=RayTrainLauncher(cpus_per_worker=1)))
 
     record = json.loads((outcome.path / "cell.json").read_text())
     one = json.loads((local.path / "cell.json").read_text())

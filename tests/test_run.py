@@ -11,6 +11,7 @@ import yaml
 
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.leaderboard import COLUMNS
+from privauditor.tasks.attack_job import attack_job
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -61,6 +62,16 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
         assert (out / f"leaderboard.{suffix}").stat().st_size > 0
     assert '<table class="sortable">' in (out / "leaderboard.html").read_text()
     assert len(list((out / "plots").glob("*.png"))) == 2
+    # the attacks ran as Ray tasks on the stored signals: the same numbers as in-process
+    cell_dir = out / "cells" / done[0]
+    record = json.loads((cell_dir / "cell.json").read_text())
+    assert record["runtime"]["attacks"] == "ray tasks" and record["runtime"]["ray_node_id"]
+    metrics = json.loads((cell_dir / "metrics.json").read_text())
+    attack = next(a for a in record["config"]["attacks"] if a != "reference")
+    params = record["config"]["attack_params"][attack]
+    resamples, seed = record["config"]["score"]["bootstrap"], record["config"]["seed"]
+    _, again = attack_job(attack, params, str(cell_dir / "signals.parquet"), None, resamples, seed)
+    assert again["auc"] == metrics[attack]["auc"] and again["auc_ci"] == metrics[attack]["auc_ci"]
     # shared work once per (base, split): one reference-signal table, one neighbour table
     assert len(list((out / "shared" / "signals").glob("*.parquet"))) == 1
     assert len(list((out / "shared" / "neighbours").glob("*.parquet"))) == 1
