@@ -1,9 +1,11 @@
 """``privauditor run``: a sweep's cells as Ray Tune trials, finished cells skipped, a leaderboard at the end.
 
-Each cell is one trial (``tune.with_resources`` per cell: the model spec's CPUs and GPUs unless the
-``run`` block sets them; see :func:`trial_resources`), at most ``run.max_concurrent_trials`` at once, retried ``run.max_failures`` times
-(``FailureConfig``), with worker processes reused between cells (``reuse_actors``) so imports are paid
-once per worker. Cells whose folder has ``DONE`` are not scheduled at all, so a rerun after a crash, or
+Each cell is one trial, named by its cell id, with its own resources (the model spec's CPUs and GPUs
+unless the ``run`` block sets them: :func:`trial_resources`), at most ``run.max_concurrent_trials`` at
+once, retried ``run.max_failures`` times (``FailureConfig``), with worker processes reused between
+cells (``reuse_actors``) so imports are paid once per worker. A cell that trains under DeepSpeed starts a
+Ray Train worker group from its trial (``distributed.py``); its attacks run as parallel Ray tasks on the
+stored signals (:func:`ray_tasks`). Cells whose folder has ``DONE`` are not scheduled at all, so a rerun after a crash, or
 after adding cells to the sweep, runs only what is missing. Work cells share is done once: every base
 model is built by one Ray task before the trials start, and the shared signals / neighbours are written
 under file locks in ``OUT/shared/`` by the first cell that needs them. The leaderboard is rebuilt as
