@@ -13,7 +13,8 @@ attention mask gives the same numbers as scoring one text at a time (a test chec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,41 @@ def _stats(rows: torch.Tensor, tokens: torch.Tensor, moments: bool) -> tuple[tor
     return logp, mu, (second - mu.square()).clamp_min(0.0).sqrt()
 
 
+CHUNK_ELEMENTS = 1 << 24  # logits of one chunk of scored positions (64 MB in float32)
+
+
+class TargetHead:
+    """The model's output projection applied only at the scored positions, a chunk at a time.
+
+    A forward pre-hook on the output embeddings takes the final hidden states (B x T x H) and keeps
+    the rows at the target positions (virtual tokens in front, the prompt and padding dropped); the
+    projection itself gets an empty sequence, so the model's forward makes no logits. :meth:`project`
+    then applies the projection to ``chunk`` kept rows: no B x T x V tensor ever exists.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.module = model.get_output_embeddings()
+        self.rows: torch.Tensor | None = None
+
+    @contextmanager
+    def at(self, mask: torch.Tensor, shift: bool) -> Iterator[None]:
+        def take(module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+            hidden = args[0]
+            hidden = hidden[:, hidden.shape[1] - mask.shape[1] - int(shift) :]  # drop virtual tokens
+            self.rows = (hidden[:, :-1] if shift else hidden)[mask]
+            return (hidden[:, :0], *args[1:])
+
+        handle = self.module.register_forward_pre_hook(take)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def project(self, start: int, chunk: int) -> torch.Tensor:
+        assert self.rows is not None, "run the model inside at() first"
+        return self.module(self.rows[start : start + chunk])
+
+
 @torch.inference_mode()
 def score_examples(
     model: Any,
@@ -65,35 +101,37 @@ def score_examples(
     seq2seq: bool,
     batch_size: int = 16,
     moments: bool = True,
-    chunk_rows: int = 4096,
+    chunk_rows: int | None = None,
 ) -> list[TokenStats]:
     """Per-token statistics of ``model`` on every example's target tokens, in input order.
 
     ``moments=False`` skips ``mu``/``sigma`` (neighbour texts need only the log-likelihood);
-    ``chunk_rows`` bounds how many positions' full-vocabulary log-softmax exist at once.
+    ``chunk_rows`` bounds how many positions' full-vocabulary log-softmax exist at once (default: as
+    many as keep one chunk's logits near 16 M numbers, so memory does not grow with the vocabulary).
     """
     model.eval()
     data = encode(tokenizer, examples, max_length, seq2seq)
     device = _device(model)
     out: list[TokenStats] = []
+    head = TargetHead(model)
+    chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // head.module.weight.shape[0])
     for start in range(0, len(data), batch_size):
         check("scoring")
         batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, seq2seq)
         labels = batch["labels"]
-        batch = {k: v.to(device) for k, v in batch.items()}
-        if seq2seq:
-            logits = model(**batch).logits  # decoder positions, aligned with labels
-            aligned, label_ids = logits, labels
-        else:
-            inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
-            logits = model(**inputs).logits
-            logits = logits[:, logits.shape[1] - labels.shape[1] :]  # drop virtual tokens
-            aligned, label_ids = logits[:, :-1], labels[:, 1:]  # position t predicts token t + 1
+        # position t predicts token t + 1 (causal); T5's decoder positions are aligned with the labels
+        label_ids = labels if seq2seq else labels[:, 1:]
         mask = label_ids != -100
-        rows = aligned[mask.to(device)]
         tokens = label_ids[mask].to(device)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+        if seq2seq:  # decoder inputs from the labels, as T5 itself makes them; no labels, so no loss
+            base = model.get_base_model() if hasattr(model, "get_base_model") else model
+            inputs["decoder_input_ids"] = base.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+        with head.at(mask.to(device), shift=not seq2seq):
+            model(**inputs)
         pieces = [
-            _stats(rows[i : i + chunk_rows], tokens[i : i + chunk_rows], moments)
+            _stats(head.project(i, chunk_rows), tokens[i : i + chunk_rows], moments)
             for i in range(0, len(tokens), chunk_rows)
         ]
         columns = [torch.cat(parts).cpu().numpy().astype(np.float32) for parts in zip(*pieces, strict=True)]
