@@ -4,8 +4,8 @@ Each cell is one trial, named by its cell id, with its own resources (the model 
 unless the ``run`` block sets them: :func:`trial_resources`), at most ``run.max_concurrent_trials`` at
 once, retried ``run.max_failures`` times (``FailureConfig``), with worker processes reused between
 cells (``reuse_actors``) so imports are paid once per worker. A cell that trains under DeepSpeed starts a
-Ray Train worker group from its trial (``distributed.py``); its attacks run as parallel Ray tasks on the
-stored signals (:func:`ray_tasks`). Cells whose folder has ``DONE`` are not scheduled at all, so a rerun after a crash, or
+Ray Train worker group from its trial (``distributed.py``); its attacks run in parallel on the stored
+signals as tasks of an attack actor (:func:`ray_tasks`). Cells whose folder has ``DONE`` are not scheduled at all, so a rerun after a crash, or
 after adding cells to the sweep, runs only what is missing. Work cells share is done once: every base
 model is built by one Ray task before the trials start, and the shared signals / neighbours are written
 under file locks in ``OUT/shared/`` by the first cell that needs them. The leaderboard is rebuilt as
@@ -15,6 +15,7 @@ each trial finishes.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from pathlib import Path
@@ -65,7 +66,7 @@ def _trial(
         distributed=launcher,
         map_jobs=ray_tasks,
         timeout_s=sweep.run.cell_timeout_s if sweep is not None else None,
-        runtime=runtime | {"attacks": "ray tasks"},
+        runtime=runtime | {"attacks": "ray actor tasks"},
     )
     outcome = run_cell(cell, Path(out), env)
     roc_png(outcome.metrics, Path(out) / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
@@ -79,12 +80,27 @@ def _trial(
 
 
 def ray_tasks(job: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:
-    """Run ``job(*args)`` for every args as parallel Ray tasks. They ask for no CPU: attacks on stored
-    signals take milliseconds to a second, and must not queue behind trials holding every CPU."""
+    """Run ``job(*args)`` for every args in parallel on this trial's attack actor (Ray actor tasks)."""
     import ray
 
-    remote = ray.remote(num_cpus=0, max_retries=2)(job)
-    return ray.get([remote.remote(*args) for args in jobs])
+    actor = _attack_actor()
+    return ray.get([actor.run.remote(job, args) for args in jobs])
+
+
+@functools.cache
+def _attack_actor() -> Any:
+    """One attack actor per trial process, kept while Tune reuses the process: attacks are milliseconds
+    to a second each, so fresh task workers (started and reaped per cell) would cost more than the
+    attacks. It asks for no CPU, so it never waits behind trials holding every CPU; its threads run a
+    cell's attacks side by side."""
+    import ray
+
+    @ray.remote(num_cpus=0, max_concurrency=8)
+    class AttackActor:
+        def run(self, job: Any, args: tuple[Any, ...]) -> Any:
+            return job(*args)
+
+    return AttackActor.remote()
 
 
 def _build_base(name: str) -> str:

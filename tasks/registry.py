@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import importlib
 import pkgutil
+import threading
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -51,6 +52,7 @@ class Registry(Generic[T]):
         self.package = package
         self._entries: dict[str, T] = {}
         self._discovered = False
+        self._lock = threading.RLock()  # threads may ask at once; plugins register while it is held
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: register the decorated object under ``name`` (duplicates are an error)."""
@@ -68,14 +70,18 @@ class Registry(Generic[T]):
         self._entries[name] = obj
 
     def discover(self) -> None:
-        """Import every module of the plugin package once, so their decorators run."""
+        """Import every module of the plugin package once, so their decorators run (thread-safe: no
+        caller sees a half-filled registry)."""
         if self._discovered:
             return
-        self._discovered = True
-        package = importlib.import_module(self.package)
-        for module in pkgutil.iter_modules(package.__path__):
-            if not module.name.startswith("_"):
-                importlib.import_module(f"{self.package}.{module.name}")
+        with self._lock:
+            if self._discovered:
+                return
+            package = importlib.import_module(self.package)
+            for module in pkgutil.iter_modules(package.__path__):
+                if not module.name.startswith("_"):
+                    importlib.import_module(f"{self.package}.{module.name}")
+            self._discovered = True
 
     def get(self, name: str) -> T:
         """The plugin registered as ``name``; unknown names raise :class:`UnknownNameError`."""

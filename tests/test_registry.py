@@ -74,3 +74,22 @@ def test_duplicate_registration_is_an_error():
 def test_closest_is_case_insensitive():
     assert closest("TINY-LLAMA", ["tiny-llama", "tiny-opt"]) == "tiny-llama"
     assert closest("qqq", ["tiny-llama"]) is None
+
+
+def test_discovery_from_many_threads_at_once_sees_every_plugin():
+    """In a fresh interpreter, eight threads ask for eight attacks at once (as an attack actor's threads
+    do): each gets its plugin, none sees a half-discovered registry."""
+    import subprocess
+    import sys
+
+    script = (
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from privauditor.tasks.attacks import build_attack\n"
+        "names = ['loss', 'reference', 'zlib', 'neighbourhood', 'min_k', 'min_k_pp', 'gradnorm', 'loss']\n"
+        "with ThreadPoolExecutor(8) as pool:\n"
+        "    built = list(pool.map(build_attack, names))\n"
+        "print(','.join(type(b).__module__.rsplit('.', 1)[1] for b in built))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr.strip().splitlines()[-1:]
+    assert done.stdout.strip() == "loss,reference,zlib,neighbourhood,min_k,min_k_pp,gradnorm,loss"

@@ -65,7 +65,7 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     # the attacks ran as Ray tasks on the stored signals: the same numbers as in-process
     cell_dir = out / "cells" / done[0]
     record = json.loads((cell_dir / "cell.json").read_text())
-    assert record["runtime"]["attacks"] == "ray tasks" and record["runtime"]["ray_node_id"]
+    assert record["runtime"]["attacks"] == "ray actor tasks" and record["runtime"]["ray_node_id"]
     metrics = json.loads((cell_dir / "metrics.json").read_text())
     attack = next(a for a in record["config"]["attacks"] if a != "reference")
     params = record["config"]["attack_params"][attack]
