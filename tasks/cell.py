@@ -139,7 +139,7 @@ def execute(
     from .evaluate import Scorer, evaluate, identity_of
     from .models import load_model
     from .splits import draw_split
-    from .training import TrainConfig, apply_seeded, train, validation_loss
+    from .training import apply_seeded, train, train_config_of, validation_loss
 
     resolved = config.resolved()
     technique = build_adaptation(config.adaptation, resolved["adaptation_params"])
@@ -156,13 +156,7 @@ def execute(
     model_id = Path(loaded.path).name if loaded.spec.source == "tiny" else loaded.spec.name
     base_identity = identity_of(loaded.model, loaded.tokenizer, model_id, loaded.spec.revision, "none")
     model = apply_seeded(technique, loaded.model, loaded.family, seed=config.seed)
-    train_config = TrainConfig(
-        epochs=resolved["train"]["epochs"],
-        lr=resolved["train"]["lr"],
-        batch_size=config.train.batch_size,
-        max_length=config.train.max_length,
-        seed=config.seed,
-    )
+    train_config = train_config_of(config)
     if resolved["train"]["deepspeed"] is None:
         result = clock(
             "train", lambda: train(model, loaded.tokenizer, split.members, train_config, loaded.seq2seq)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .deadline import limit
-from .training import TrainConfig, TrainResult, apply_seeded, linear_decay, train
+from .training import TrainResult, apply_seeded, linear_decay, train, train_config_of
 
 STATE_FILE = "trained.safetensors"
 RESULT_FILE = "train.json"
@@ -121,13 +121,7 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     split = draw_split(
         load_dataset(config.dataset), size.members, size.nonmembers, size.validation, config.seed
     )
-    train_config = TrainConfig(
-        epochs=resolved["train"]["epochs"],
-        lr=resolved["train"]["lr"],
-        batch_size=config.train.batch_size,
-        max_length=config.train.max_length,
-        seed=config.seed,
-    )
+    train_config = train_config_of(config)
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     step = DeepSpeedStep(resolved["train"]["deepspeed"], -(-config.train.batch_size // world))
     with limit(spec.get("timeout_s")):

@@ -101,6 +101,18 @@ def apply_seeded(adaptation: Any, model: Any, family: Any, seed: int) -> Any:
     return adaptation.apply(model, family)
 
 
+def train_config_of(cell: Any) -> TrainConfig:
+    """A cell's training settings (a ``CellConfig``), with its technique's defaults resolved."""
+    resolved = cell.resolved()["train"]
+    return TrainConfig(
+        epochs=resolved["epochs"],
+        lr=resolved["lr"],
+        batch_size=cell.train.batch_size,
+        max_length=cell.train.max_length,
+        seed=cell.seed,
+    )
+
+
 class LocalStep:
     """One optimisation step in this process: AdamW, linear decay to zero, gradient clipping at 1."""
 
