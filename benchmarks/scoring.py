@@ -4,7 +4,9 @@ On a model shaped like a real one (LLaMA layout, random weights: 6 layers, hidde
 default) and on a tiny one, for the same texts (offline finance records, their targets scored after
 their prompts), it times, side by side in one run:
 
-- ``forward``: plain batched forward passes producing the logits of the same batches (inference mode);
+- ``forward``: plain batched forward passes producing the logits of the same texts (inference mode),
+  batched in input order; ``length-bucketed forward``: the same with the texts sorted by length, as
+  ``score_examples`` batches them (so ``overhead_vs_bucketed_forward`` isolates the scoring work);
 - ``privauditor``: ``score_examples`` (per-token logp, mu, sigma) + the logit attacks (loss, reference
   from stored reference signals, zlib, min_k, min_k_pp) on the stored signals;
 - ``naive``: MIMIR-style, per text and per attack one forward pass keeping the full-vocabulary
@@ -67,8 +69,10 @@ def timed(work):
 
 
 @torch.inference_mode()
-def plain_forward(model, tokenizer, examples, max_length, batch_size):
+def plain_forward(model, tokenizer, examples, max_length, batch_size, by_length=False):
     data = encode(tokenizer, examples, max_length, False)
+    if by_length:  # the same length-bucketed batches as score_examples forms
+        data = sorted(data, key=lambda item: len(item["input_ids"]))
     for start in range(0, len(data), batch_size):
         batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, False)
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # noqa: B018
@@ -76,7 +80,7 @@ def plain_forward(model, tokenizer, examples, max_length, batch_size):
 
 def signals_of(model, tokenizer, examples, max_length, batch_size):
     stats = score_examples(model, tokenizer, examples, max_length, False, batch_size)
-    texts = [tokenizer.decode(s.token_ids.tolist()) for s in stats]
+    texts = tokenizer.batch_decode([s.token_ids.tolist() for s in stats])  # as the cell does
     return Signals.from_stats([e.sample_id for e in examples], np.zeros(len(examples), bool), stats, texts)
 
 
@@ -126,6 +130,7 @@ def compare(model, reference, tokenizer, examples, max_length, batch_size, naive
         reference, tokenizer, examples, max_length, batch_size
     )  # stored beforehand
     _, forward_s = timed(lambda: plain_forward(model, tokenizer, examples, max_length, batch_size))
+    _, bucketed_s = timed(lambda: plain_forward(model, tokenizer, examples, max_length, batch_size, True))
     ours, ours_s = timed(
         lambda: privauditor_scores(model, tokenizer, examples, max_length, batch_size, reference_signals)
     )
@@ -135,6 +140,7 @@ def compare(model, reference, tokenizer, examples, max_length, batch_size, naive
     per_text = len(examples) / len(subset)
     return {
         "forward_s": forward_s,
+        "bucketed_forward_s": bucketed_s,
         "privauditor_s": ours_s,
         "naive_s": naive_s * per_text,
         "max_abs_diff": worst,
@@ -189,15 +195,19 @@ def main() -> int:
         got = compare(
             model, reference, tokenizer, examples, args.max_length, args.batch_size, args.naive_texts
         )
-        rows.append([label, f"{layers}x{hidden}, V {vocab}", round(got["forward_s"], 2), round(got["privauditor_s"], 2),
-                     round(got["naive_s"], 1), f"{got['max_abs_diff']:.1e}"])  # fmt: skip
+        rows.append([label, f"{layers}x{hidden}, V {vocab}", round(got["forward_s"], 2), round(got["bucketed_forward_s"], 2),
+                     round(got["privauditor_s"], 2), round(got["naive_s"], 1), f"{got['max_abs_diff']:.1e}"])  # fmt: skip
         suffix = "" if label == "real-shaped" else "_tiny"
         figures[f"overhead_vs_forward{suffix}"] = round(got["privauditor_s"] / got["forward_s"], 3)
+        figures[f"overhead_vs_bucketed_forward{suffix}"] = round(
+            got["privauditor_s"] / got["bucketed_forward_s"], 3
+        )
         figures[f"speedup_vs_naive{suffix}"] = round(got["naive_s"] / got["privauditor_s"], 1)
         figures[f"max_abs_score_diff{suffix}"] = got["max_abs_diff"]
     print(f"{len(examples)} texts, max length {args.max_length}, batch {args.batch_size}, {args.threads} threads; "
           f"naive timed on {args.naive_texts} texts and scaled")  # fmt: skip
-    print(render(["model", "shape", "forward s", "privauditor s", "naive s", "max |score diff|"], rows))
+    print(render(["model", "shape", "forward s", "length-bucketed forward s", "privauditor s", "naive s",
+                  "max |score diff|"], rows))  # fmt: skip
     memory = []
     for vocab in (8192, 65536):
         got = peak_rss(vocab, args)

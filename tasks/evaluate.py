@@ -59,7 +59,7 @@ class Scorer:
         self, examples: Sequence[Example], member: np.ndarray, max_length: int, batch_size: int
     ) -> Signals:
         stats = score_examples(self.model, self.tokenizer, examples, max_length, self.seq2seq, batch_size)
-        texts = [self.tokenizer.decode(s.token_ids.tolist()) for s in stats]  # the target as scored
+        texts = self.tokenizer.batch_decode([s.token_ids.tolist() for s in stats])  # the target as scored
         return Signals.from_stats([e.sample_id for e in examples], member, stats, texts)
 
 
@@ -175,7 +175,7 @@ def neighbour_nll(
     max_length: int,
 ) -> list[np.ndarray]:
     """The target model's mean NLL on ``k`` neighbours of every scored text (shared neighbour texts)."""
-    scored = [target.tokenizer.decode(t.tolist()) for t in signals.token_ids]
+    scored = target.tokenizer.batch_decode([t.tolist() for t in signals.token_ids])
     found = cached_neighbours(shared / "neighbours", signals.sample_id, scored, k, mask_fraction, seed)
     variants = [
         Example(f"{e.sample_id}#{j}", e.prompt, text)

@@ -51,9 +51,9 @@ def _stats(rows: torch.Tensor, tokens: torch.Tensor, moments: bool) -> tuple[tor
     logp = logprobs.gather(-1, tokens[:, None]).squeeze(-1)
     if not moments:
         return (logp,)
-    probs = logprobs.exp()
-    mu = (probs * logprobs).sum(-1)
-    second = (probs * logprobs.square()).sum(-1)
+    weighted = logprobs.exp().mul_(logprobs)  # p log p, in place: one N x V buffer besides log p
+    mu = weighted.sum(-1)
+    second = torch.linalg.vecdot(weighted, logprobs)  # sum of p (log p)^2, no N x V temporary
     return logp, mu, (second - mu.square()).clamp_min(0.0).sqrt()
 
 
@@ -103,7 +103,8 @@ def score_examples(
     moments: bool = True,
     chunk_rows: int | None = None,
 ) -> list[TokenStats]:
-    """Per-token statistics of ``model`` on every example's target tokens, in input order.
+    """Per-token statistics of ``model`` on every example's target tokens, in input order (batches
+    are formed from texts of similar length, which right padding makes give the same numbers).
 
     ``moments=False`` skips ``mu``/``sigma`` (neighbour texts need only the log-likelihood);
     ``chunk_rows`` bounds how many positions' full-vocabulary log-softmax exist at once (default: as
@@ -111,13 +112,16 @@ def score_examples(
     """
     model.eval()
     data = encode(tokenizer, examples, max_length, seq2seq)
+    # length-bucketed batches: texts of similar length together, so little of a batch is padding
+    order = sorted(range(len(data)), key=lambda i: (len(data[i]["input_ids"]), len(data[i]["labels"])))
     device = _device(model)
-    out: list[TokenStats] = []
+    out: list[TokenStats | None] = [None] * len(data)
     head = TargetHead(model)
     chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // head.module.weight.shape[0])
     for start in range(0, len(data), batch_size):
         check("scoring")
-        batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, seq2seq)
+        rows_of_batch = order[start : start + batch_size]
+        batch = collate([data[i] for i in rows_of_batch], tokenizer.pad_token_id, seq2seq)
         labels = batch["labels"]
         # position t predicts token t + 1 (causal); T5's decoder positions are aligned with the labels
         label_ids = labels if seq2seq else labels[:, 1:]
@@ -141,9 +145,9 @@ def score_examples(
             cut = slice(offset, offset + n)
             ids = label_ids[row][mask[row]].numpy().astype(np.int32)
             stats = [c[cut] for c in columns]
-            out.append(TokenStats(ids, *stats) if moments else TokenStats(ids, stats[0]))
+            out[rows_of_batch[row]] = TokenStats(ids, *stats) if moments else TokenStats(ids, stats[0])
             offset += n
-    return out
+    return out  # type: ignore[return-value]  # every slot filled
 
 
 def mean_nll(

@@ -1,0 +1,215 @@
+"""Sweep scaling: Ray's parallel speed-up, forward passes of shared vs per-cell work, scheduler overhead.
+
+A sweep of 8 tiny cells (2 bases x 4 techniques x finance; every attack but GradNorm, whose backward
+passes are per-cell work of another kind) runs four times, side by side in one run:
+
+- ``seq``: one fresh process (its start-up and imports timed, as Ray's workers' are), 2 torch threads,
+  the cells one after another through ``run_cell`` (shared work done once, by the first cell that needs
+  it, exactly as in a sweep);
+- ``naive``: the same, each cell in its own results folder, so neighbour texts and reference signals
+  are regenerated per cell (only its forward passes are used);
+- ``ray``: ``privauditor run`` on a local Ray with 2 CPUs (1 CPU per trial, two trials at once; Ray
+  started before the clock, as on a cluster);
+- ``ray_serial``: the same cells one at a time with 2 CPUs each in a folder whose shared work is
+  done, so each cell's wall time under Ray (the gap between consecutive ``DONE`` files) compares with
+  the same cell's time in ``seq`` (cells whose shared work was already there).
+
+Figures: ``parallel_speedup`` = seq ÷ ray wall time (``parallel_speedup_steady``: the same for the
+rate at which cells finish once both are running, start-up left out); ``forward_passes`` (texts through a model in
+inference, counted by hooks on every model call: :mod:`privauditor.tasks.counting`) for the sweep,
+``forward_passes_naive`` for ``naive``, and the bound ``cells·n·(1+k) + cells·n_val + bases·datasets·n
++ splits·n·k`` (n scored texts, k neighbours; the ``n_val`` term is the utility figure's validation
+pass, which the issue's bound leaves out); ``scheduler_overhead_s`` = median over cells of (wall under
+Ray − alone). The last line is one JSON object.
+
+    python benchmarks/sweep_scaling.py [--members 32] [--k 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def sweep_data(members: int, k: int, cpus_per_trial: int) -> dict:
+    return {
+        "name": "scaling",
+        "matrix": {
+            "model": ["tiny-gpt2", "tiny-llama"],
+            "adaptation": ["none", "lora", "ia3", "prompt"],
+            "dataset": ["finance"],
+        },  # fmt: skip
+        "attacks": ["loss", "reference", "zlib", "neighbourhood", "min_k", "min_k_pp"],
+        "attack_params": {"neighbourhood": {"k": k}},
+        "split": {"members": members, "nonmembers": members, "validation": members // 2},
+        "train": {"epochs": 2, "max_length": 64},
+        "score": {"bootstrap": 100},
+        "run": {"cpus_per_trial": cpus_per_trial, "max_failures": 0},
+        "tracking": {"wandb": {"mode": "disabled"}},
+    }
+
+
+def inference_rows(count_file: Path, start: int) -> tuple[int, int]:
+    """Texts through a model in inference mode counted after line ``start``, and the file's line count."""
+    lines = count_file.read_text().splitlines() if count_file.exists() else []
+    rows = sum(int(n) for _, mode, n in (line.split("\t") for line in lines[start:]) if mode == "infer")
+    return rows, len(lines)
+
+
+def in_process(cells, out_of) -> dict[str, float]:
+    from privauditor.tasks.cell import run_cell
+
+    seconds = {}
+    for cell in cells:
+        started = time.perf_counter()
+        run_cell(cell, out_of(cell))
+        seconds[cell.cell_id()] = time.perf_counter() - started
+    return seconds
+
+
+def through_ray(data: dict, out: Path) -> float:
+    from privauditor.orchestrator.runner import run_sweep
+    from privauditor.orchestrator.sweep import parse_sweep
+
+    started = time.perf_counter()
+    code = run_sweep(parse_sweep(data), out)
+    assert code == 0, "the Ray sweep failed"
+    return time.perf_counter() - started
+
+
+def sequential(args, out: Path) -> tuple[float, dict[str, float]]:
+    """The cells one after another in a fresh process (its start-up and imports counted, as Ray's
+    workers' are): its wall time and each cell's time inside it."""
+    command = [
+        sys.executable,
+        __file__,
+        "--members",
+        str(args.members),
+        "--k",
+        str(args.k),
+        "--child-seq",
+        str(out),
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return time.perf_counter() - started, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def child_seq(args) -> None:
+    import torch
+
+    from privauditor.orchestrator.sweep import parse_sweep
+
+    torch.set_num_threads(2)
+    cells = parse_sweep(sweep_data(args.members, args.k, 1)).cells
+    print(json.dumps(in_process(cells, lambda cell: Path(args.child_seq))))
+
+
+def steady(out: Path) -> float:
+    """Seconds between consecutive cells finishing, from the first to the last (start-up excluded)."""
+    times = sorted(p.stat().st_mtime for p in (out / "cells").glob("*/DONE"))
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=32)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--child-seq", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_seq:
+        child_seq(args)
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="sweep-scaling-"))
+    count_file = work / "forward.tsv"
+    os.environ["PRIVAUDITOR_COUNT_FORWARD"] = str(count_file)  # before Ray starts: its workers inherit it
+
+    import ray
+    import torch
+
+    from privauditor.orchestrator.runner import _env
+    from privauditor.orchestrator.sweep import parse_sweep
+    from privauditor.orchestrator.tables import render
+    from privauditor.tasks.models import load_model
+
+    torch.set_num_threads(2)
+    sweep = parse_sweep(sweep_data(args.members, args.k, 1))
+    cells = list(sweep.cells)
+    for model in {c.model for c in cells}:
+        load_model(model)  # bases built (cache) before any clock starts
+
+    seq_s, seq = sequential(args, work / "seq")
+    forward_passes, mark = inference_rows(count_file, 0)
+    naive = in_process(cells, lambda cell: work / "naive" / cell.cell_id())
+    forward_passes_naive, mark = inference_rows(count_file, mark)
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": _env()})
+    ray_s = through_ray(sweep_data(args.members, args.k, 1), work / "ray")
+    ray_passes, mark = inference_rows(count_file, mark)
+    (work / "ray_serial").mkdir()
+    shutil.copytree(work / "seq" / "shared", work / "ray_serial" / "shared")
+    through_ray(sweep_data(args.members, args.k, 2), work / "ray_serial")
+    ray.shutdown()
+
+    # the cells whose shared work (neighbours, reference signals) was already there in `seq`
+    first = {next(c.cell_id() for c in cells if c.model == m) for m in {c.model for c in cells}}
+    finished = sorted(
+        (p.stat().st_mtime, p.parent.name) for p in (work / "ray_serial" / "cells").glob("*/DONE")
+    )
+    rows, overheads = [], []
+    for (before, _), (after, cell_id) in zip(finished, finished[1:], strict=False):
+        if cell_id in first:
+            continue
+        overheads.append(after - before - seq[cell_id])
+        rows.append([cell_id, f"{seq[cell_id]:.2f}", f"{after - before:.2f}", f"{overheads[-1]:+.2f}"])
+    print(render(["cell", "alone in a warm process s", "under Ray s", "overhead s"], rows))
+
+    n = args.members * 2
+    splits = len({(c.dataset, c.seed) for c in cells})
+    bases_datasets = len({(c.model, c.dataset) for c in cells})
+    bound = (
+        len(cells) * n * (1 + args.k)
+        + len(cells) * (args.members // 2)
+        + bases_datasets * n
+        + splits * n * args.k
+    )
+    steady_ratio = (sum(seq.values()) / len(cells)) / steady(work / "ray")
+    print(render(
+        ["run", "cells", "wall s", "texts through a model (inference)"],
+        [["seq (1 fresh process, 2 threads)", len(cells), f"{seq_s:.1f}", forward_passes],
+         ["naive (shared work per cell)", len(cells), f"{sum(naive.values()):.1f}", forward_passes_naive],
+         ["ray (2 CPUs, 2 trials at once)", len(cells), f"{ray_s:.1f}", ray_passes]],
+
+    ))  # fmt: skip
+    figures = {
+        "parallel_speedup": round(seq_s / ray_s, 3),
+        "parallel_speedup_steady": round(steady_ratio, 3),  # per-cell rate once both are running
+        "forward_passes": forward_passes,
+        "forward_passes_ray": ray_passes,
+        "forward_passes_naive": forward_passes_naive,
+        "forward_passes_bound": bound,
+        "scheduler_overhead_s": round(statistics.median(overheads), 3),
+        "seq_s": round(seq_s, 2),
+        "ray_s": round(ray_s, 2),
+        "cells": len(cells),
+    }
+    shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
