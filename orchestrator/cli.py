@@ -126,21 +126,21 @@ def _run(args: argparse.Namespace) -> int:
     from .sweep import load_sweep
 
     sweep = load_sweep(args.sweep, args.set or [])
-    out = Path(args.out or Path("results") / sweep.name)
+    out = args.out or Path("results") / sweep.name  # a folder, or an object-store URI (s3://, gs://)
     return run_sweep(sweep, out, address=args.address, max_concurrent=args.max_concurrent)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from .leaderboard import SUMMARY_HEADER, summary
+    from .runner import leaderboard
+    from .storage import Results
 
-    from .leaderboard import SUMMARY_HEADER, build, summary
-
-    out = Path(args.dir)
-    if not (out / "cells").is_dir():
-        raise PrivauditorError(f"{out} is not a results folder (no cells/ inside)")
-    found = build(out)
+    results = Results.at(args.dir)
+    if not results.remote and not (results.local / "cells").is_dir():
+        raise PrivauditorError(f"{args.dir} is not a results folder (no cells/ inside)")
+    found = leaderboard(results)
     print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
-    print(f"leaderboard: {out / 'leaderboard.html'} ({len(found)} rows)")
+    print(f"leaderboard: {results.local / 'leaderboard.html'} ({len(found)} rows)")
     return 0
 
 
@@ -162,6 +162,18 @@ def _audit(args: argparse.Namespace) -> int:
     png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     build(out)
     print(f"ROC (log-log): {png}")
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .publish import publish
+
+    to = Path(args.to or Path(args.dir) / "public")
+    found = publish(Path(args.dir), to, args.wandb_project)
+    print(f"published {len({r['cell_id'] for r in found})} cells, {len(found)} rows to {to} "
+          "(aggregates, provenance, plots; no sample text, ids or per-sample scores)")  # fmt: skip
     return 0
 
 
@@ -245,6 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="rebuild the leaderboard files from the cells on disk")
     report.add_argument("dir", help="results folder")
     report.set_defaults(handler=_report)
+
+    publish = commands.add_parser(
+        "publish", help="export the public leaderboard: aggregates, provenance, plots; no sample data"
+    )
+    publish.add_argument("dir", help="results folder")
+    publish.add_argument("--to", help="export folder (default: DIR/public)")
+    publish.add_argument("--wandb-project", help="also log the leaderboard table to this W&B project")
+    publish.set_defaults(handler=_publish)
     return parser
 
 
@@ -259,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PrivauditorError as exc:
         print(f"privauditor: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # finished cells are kept (DONE); a rerun does the rest
+        print("privauditor: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

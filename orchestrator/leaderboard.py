@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from privauditor.tasks.faults import point
+
 COLUMNS = [
     "cell_id",
     "model",
@@ -73,6 +75,7 @@ def rows(out: Path) -> list[dict[str, Any]]:
 def _atomic(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     write(tmp)
+    point("leaderboard")  # crash tests stop here (only when $PRIVAUDITOR_FAULT asks)
     os.replace(tmp, path)
 
 
@@ -101,14 +104,20 @@ def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
 
 def build(out: Path) -> list[dict[str, Any]]:
     """Rebuild every leaderboard file under ``out`` from the finished cells; returns the rows."""
+    found = rows(Path(out))
+    write(Path(out), found)
+    return found
+
+
+def write(out: Path, found: list[dict[str, Any]]) -> None:
+    """``leaderboard.parquet/.csv/.md/.html`` of the rows ``found`` under ``out`` (ROC images from
+    ``out/plots/``), each file written atomically."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     from .html import leaderboard_html
 
-    out = Path(out)
-    found = rows(out)
     table = pa.Table.from_pylist(found, schema=_schema()) if found else _schema().empty_table()
     _atomic(out / "leaderboard.parquet", lambda p: pq.write_table(table, p))
     _atomic(out / "leaderboard.csv", lambda p: pacsv.write_csv(table, p))
@@ -145,7 +154,6 @@ def build(out: Path) -> list[dict[str, Any]]:
     ]
     _atomic(out / "leaderboard.md", lambda p: p.write_text("\n".join(markdown)))
     _atomic(out / "leaderboard.html", lambda p: p.write_text(leaderboard_html(out, found)))
-    return found
 
 
 def _markdown(header: list[str], body: list[list[Any]]) -> str:

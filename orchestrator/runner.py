@@ -9,7 +9,8 @@ signals as tasks of an attack actor (:func:`ray_tasks`). Cells whose folder has 
 after adding cells to the sweep, runs only what is missing. Work cells share is done once: every base
 model is built by one Ray task before the trials start, and the shared signals / neighbours are written
 under file locks in ``OUT/shared/`` by the first cell that needs them. The leaderboard is rebuilt as
-each trial finishes.
+trials finish (at most every 30 s) and when the sweep ends. ``OUT`` may be an object-store URI
+(``storage.py``). Ctrl-C stops the running cells (marked ``INTERRUPTED``) and keeps what finished.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from typing import Any
 
 from privauditor.tasks.cell import check_results_dir
 from privauditor.tasks.config import cell_config
+from privauditor.tasks.signals import write_json, write_text
 
+from .storage import Results
 from .sweep import Sweep
 
+LEADERBOARD_EVERY_S = 30.0  # while a sweep runs; it is always rebuilt when the sweep ends
 FORWARDED_ENV = ("PRIVAUDITOR_", "HF_", "TRANSFORMERS_", "WANDB_", "TOKENIZERS_", "XDG_CACHE_HOME")
 
 
@@ -68,15 +72,29 @@ def _trial(
         timeout_s=sweep.run.cell_timeout_s if sweep is not None else None,
         runtime=runtime | {"attacks": "ray actor tasks"},
     )
-    outcome = run_cell(cell, Path(out), env)
-    roc_png(outcome.metrics, Path(out) / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
+    results = Results.at(out)
+    if results.done(cell.cell_id()):  # finished since the sweep started (another run of the same sweep)
+        tune.report({"max_auc": float("nan"), "skipped": True})
+        return
+    outcome = run_cell(cell, results.local, env)
+    roc_png(outcome.metrics, results.local / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
+    results.push_cell(outcome.cell_id)  # object stores: every file uploaded, DONE last
+    results.upload(f"plots/{outcome.cell_id}.png")
     if sweep is not None and not outcome.skipped:
         from .tracking import log_cell
 
         record = json.loads((outcome.path / "cell.json").read_text())
-        log_cell(sweep.wandb, sweep.name, Path(out), record, outcome.metrics)
+        log_cell(sweep.wandb, sweep.name, results.local, record, outcome.metrics)
     aucs = [m["auc"] for m in outcome.metrics.values() if "auc" in m]
     tune.report({"max_auc": max(aucs) if aucs else float("nan"), "skipped": outcome.skipped})
+
+
+def _reason(error: BaseException) -> str:
+    """The cell's own exception in one line (not Ray's wrapper around it)."""
+    from privauditor.tasks.errors import one_line
+
+    cause = getattr(error, "cause", None) or error
+    return one_line(cause, limit=300)
 
 
 def ray_tasks(job: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:
@@ -122,6 +140,20 @@ def _build_masked_lm() -> str:
     return str(masked_lm_dir())
 
 
+def _looks_built(name: str) -> bool:
+    """A finished build of the tiny base ``name`` is in the cache for the active pre-training profile (or
+    it is not a tiny base). A quick look, not the exact key: a base it misses or mistakes is still built
+    exactly once, under the cache's lock, by the first trial that needs it; this spares a warm sweep
+    the start-up of one Ray worker per base."""
+    from privauditor.tasks.cache import cache_root
+    from privauditor.tasks.models import resolve_model
+
+    if name != "tiny-mlm" and resolve_model(name).source != "tiny":
+        return True
+    profile = os.environ.get("PRIVAUDITOR_PRETRAIN_PROFILE") or "default"
+    return any((cache_root() / "bases").glob(f"{name}-{profile}-*/key.json"))
+
+
 def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:
     """A cell's trial resources: CPUs from ``run.cpus_per_trial`` or else the model spec; GPUs from
     ``run.gpus_per_trial`` (a number), none (null), or with ``auto`` the model spec's (at least one)
@@ -137,73 +169,108 @@ def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:
     return {"CPU": float(cpus)} | ({"GPU": gpus} if gpus else {})
 
 
-def pending(sweep: Sweep, out: Path) -> list[Any]:
-    """The sweep's cells without ``DONE`` under ``out``."""
-    return [c for c in sweep.cells if not (out / "cells" / c.cell_id() / "DONE").exists()]
+def pending(sweep: Sweep, results: Results) -> list[Any]:
+    """The sweep's cells without ``DONE`` in ``results``."""
+    return [c for c in sweep.cells if not results.done(c.cell_id())]
 
 
-def run_sweep(sweep: Sweep, out: Path, address: str | None = None, max_concurrent: int | None = None) -> int:
-    """Run every cell of ``sweep`` that is not DONE under ``out``; returns the exit code."""
-    import yaml
-
+def leaderboard(results: Results) -> list[dict[str, Any]]:
+    """Rebuild the leaderboard from the finished cells (fetched from an object store first)."""
     from .leaderboard import build
 
-    out = Path(out).resolve()
-    check_results_dir(out)
-    (out / "sweep.yaml").write_text(yaml.safe_dump(sweep.resolved(), sort_keys=False))
-    todo = pending(sweep, out)
+    results.pull_summaries()
+    found = build(results.local)
+    results.push_leaderboard()
+    return found
+
+
+def run_sweep(
+    sweep: Sweep, out: str | Path, address: str | None = None, max_concurrent: int | None = None
+) -> int:
+    """Run every cell of ``sweep`` that is not DONE in ``out`` (a folder or an object-store URI);
+    returns the exit code."""
+    import yaml
+
+    results = Results.at(out)
+    results.fetch("privauditor.json")  # an object store's marker decides, as a folder's does
+    check_results_dir(results.local)
+    results.upload("privauditor.json")
+    write_text(results.local / "sweep.yaml", yaml.safe_dump(sweep.resolved(), sort_keys=False))
+    results.upload("sweep.yaml")
+    out = results.local
+    todo = pending(sweep, results)
     print(f"sweep '{sweep.name}': {len(sweep.cells)} cells, {len(sweep.cells) - len(todo)} already done, "
-          f"{len(todo)} to run; results in {out}", flush=True)  # fmt: skip
+          f"{len(todo)} to run; results in {results.uri if results.remote else out}", flush=True)  # fmt: skip
     for dropped in sweep.dropped:
         print(f"  dropped {dropped.model} x {dropped.adaptation}: {dropped.reason}")
+    for stale in out.glob(".*.tmp-*"):  # a leaderboard file being written when a run was killed
+        stale.unlink()
     failures: list[tuple[str, str]] = []
     if todo:
-        failures = _tune(sweep, todo, out, address, max_concurrent)
-    found = build(out)
-    if todo:
+        failures = _tune(sweep, todo, results, address, max_concurrent)
+    failed = {cell_id for cell_id, _ in failures}
+    interrupted = [c.cell_id() for c in pending(sweep, results) if c.cell_id() not in failed]
+    found = leaderboard(results)
+    if todo and not interrupted:
         from .tracking import log_leaderboard
 
         log_leaderboard(sweep.wandb, sweep.name, out, found)
     print(f"leaderboard: {out / 'leaderboard.html'} ({len(found)} rows)")
     for cell_id, error in failures:
         print(f"FAILED {cell_id}: {error}")
+    if interrupted:
+        for cell_id in interrupted:  # a started cell's partial files stay for inspection; a rerun redoes it
+            if (out / "cells" / cell_id).is_dir():
+                write_json(out / "cells" / cell_id / "INTERRUPTED", {"cell_id": cell_id})
+                results.upload(f"cells/{cell_id}/INTERRUPTED")
+        print(
+            f"interrupted: {len(interrupted)} cells not finished; run the same command again to finish them"
+        )
+        return 130
     return 1 if failures else 0
 
 
-def _tune(sweep: Sweep, todo: list[Any], out: Path, address: str | None, max_concurrent: int | None) -> list:
+def _tune(
+    sweep: Sweep, todo: list[Any], results: Results, address: str | None, max_concurrent: int | None
+) -> list:
     import ray
     from ray import tune
 
-    from .leaderboard import build
-
     run = sweep.run
     started = time.perf_counter()
-    if not ray.is_initialized():
+    started_ray = not ray.is_initialized()
+    if started_ray:
         kwargs = {} if address else {"num_cpus": os.cpu_count()}
         ray.init(address=address, include_dashboard=False, runtime_env={"env_vars": _env()}, **kwargs)
     build_base, build_mlm = ray.remote(_build_base), ray.remote(_build_masked_lm)
-    shared = [build_base.remote(m) for m in sorted({c.model for c in todo})]
-    if any("neighbourhood" in c.attacks for c in todo):
+    shared = [build_base.remote(m) for m in sorted({c.model for c in todo}) if not _looks_built(m)]
+    if any("neighbourhood" in c.attacks for c in todo) and not _looks_built("tiny-mlm"):
         shared.append(build_mlm.remote())
     ray.get(shared)  # every base exists before the trials start: built once, not by racing trials
+    print(f"bases ready in {time.perf_counter() - started:.0f} s", flush=True)
+    started = time.perf_counter()  # the ETA counts cells only (a cold cache's base building is done)
     has_gpus = ray.cluster_resources().get("GPU", 0) > 0
     settings = {c.cell_id(): dataclasses.asdict(c) | {"attacks": list(c.attacks)} for c in todo}
     resources = {c.cell_id(): trial_resources(c, run, has_gpus) for c in todo}
     trainable = tune.with_parameters(
-        _trial, out=str(out), settings=settings, resources=resources, sweep=sweep
+        _trial, out=results.uri, settings=settings, resources=resources, sweep=sweep
     )
     trainable = tune.with_resources(
         trainable, lambda config: tune.PlacementGroupFactory([resources[config["cell_id"]]])
     )
 
     class Progress(tune.Callback):
-        """Rebuilds the leaderboard as cells finish and prints done / running / failed with an ETA."""
+        """Rebuilds the leaderboard as cells finish (at most every ``LEADERBOARD_EVERY_S``: a rebuild
+        holds up Tune's loop, about a second at 200 cells) and prints done / running / failed with an ETA."""
 
         done = failed = 0  # counted here: Tune sets a trial's final status after these callbacks
+        rebuilt = time.perf_counter()
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self.done += 1
-            build(out)
+            if time.perf_counter() - self.rebuilt >= LEADERBOARD_EVERY_S or self.done == 1:
+                leaderboard(results)
+                self.rebuilt = time.perf_counter()
             self._line(trials, trial)
 
         def on_trial_recover(self, iteration, trials, trial, **info):
@@ -235,14 +302,21 @@ def _tune(sweep: Sweep, todo: list[Any], out: Path, address: str | None, max_con
         ),
         run_config=tune.RunConfig(
             name=sweep.name,
-            storage_path=run.storage_path or str(out / "ray"),
+            storage_path=run.storage_path
+            or (
+                f"{results.uri.rstrip('/')}/ray" if results.remote else str(results.local / "ray")
+            ),  # fmt: skip
             failure_config=tune.FailureConfig(max_failures=run.max_failures),
             callbacks=[Progress()],
             verbose=1,
         ),
     )
-    results = tuner.fit()
-    failures = [(r.config["cell_id"], str(r.error).splitlines()[0]) for r in results if r.error]
+    try:
+        results = tuner.fit()  # SIGINT: Tune stops the running trials and returns what finished
+    finally:
+        if started_ray:
+            ray.shutdown()
+    failures = [(r.config["cell_id"], _reason(r.error)) for r in results if r.error]
     print(
         f"{len(todo) - len(failures)} cells ran, {len(failures)} failed, {time.perf_counter() - started:.0f} s"
     )

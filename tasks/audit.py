@@ -23,7 +23,7 @@ from .cache import stable_hash
 from .cell import CellOutcome, check_results_dir, directory_hash, versions
 from .config import CellConfig, slug
 from .datasets import Example, content_hash, load_dataset
-from .errors import PrivauditorError
+from .errors import PrivauditorError, one_line
 from .signals import write_json
 
 
@@ -45,6 +45,8 @@ def load_adapted(model: str, adapter: str | None) -> tuple[Any, str, int]:
     if adapter is None:
         return loaded, "checkpoint", 0
     path = Path(adapter)
+    if not path.is_dir():
+        raise PrivauditorError(f"adapter directory {adapter} does not exist")
     if (path / "adaptation.json").is_file():
         saved = json.loads((path / "adaptation.json").read_text())
         name = saved.pop("adaptation")
@@ -58,7 +60,13 @@ def load_adapted(model: str, adapter: str | None) -> tuple[Any, str, int]:
             f"{adapter}: not an adapter directory (no adapter_config.json or adaptation.json)"
         )
     before = sum(p.numel() for p in loaded.model.parameters())
-    adapted = technique.load(loaded.model, loaded.family, path)
+    try:
+        adapted = technique.load(loaded.model, loaded.family, path)
+    except MemoryError:
+        raise
+    except Exception as exc:  # corrupted weights, or an adapter saved for another base
+        kind = "unreadable safetensors" if "safetensor" in repr(exc).lower() else "does not fit this base"
+        raise PrivauditorError(f"adapter {adapter} {kind} (model {model}): {one_line(exc)}") from None
     loaded.model = adapted.eval()
     added = sum(p.numel() for p in adapted.parameters()) - before
     return loaded, name, max(added, 0)

@@ -24,9 +24,11 @@ import numpy as np
 
 from .attack_job import in_process
 from .config import CellConfig, slug
+from .counting import install_from_env
 from .datasets import Example
 from .deadline import limit, remaining
 from .errors import PrivauditorError
+from .faults import in_cell
 from .signals import write_json
 
 RESULTS_FORMAT = 1
@@ -55,8 +57,13 @@ def check_results_dir(out: Path) -> None:
                 "use another --out folder"
             )
         return
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(marker, {"results_format": RESULTS_FORMAT})
+    if out.exists() and not out.is_dir():
+        raise PrivauditorError(f"results folder {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(marker, {"results_format": RESULTS_FORMAT})
+    except OSError as exc:
+        raise PrivauditorError(f"cannot write results to {out}: {exc.strerror or exc}") from None
 
 
 def versions() -> dict[str, str]:
@@ -107,6 +114,7 @@ class CellEnvironment:
 def run_cell(config: CellConfig, out: Path, env: CellEnvironment = CellEnvironment()) -> CellOutcome:
     """Run (or find DONE) the cell ``config`` under the results folder ``out``, without ``DONE`` if it
     fails or runs past ``env.timeout_s``."""
+    install_from_env()  # counts forward passes when $PRIVAUDITOR_COUNT_FORWARD is set (benchmarks)
     out = Path(out)
     cell_id = config.cell_id()
     cell_dir = out / "cells" / cell_id
@@ -120,6 +128,7 @@ def run_cell(config: CellConfig, out: Path, env: CellEnvironment = CellEnvironme
     check_results_dir(out)
     shutil.rmtree(cell_dir, ignore_errors=True)  # an unfinished earlier attempt
     cell_dir.mkdir(parents=True)
+    in_cell(cell_id)
     with limit(env.timeout_s):
         record = execute(config, cell_id, cell_dir, out / "shared", _Clock(), env)
     write_json(cell_dir / "cell.json", record | {"versions": versions(), "runtime": env.runtime})
@@ -143,15 +152,16 @@ def execute(
 
     resolved = config.resolved()
     technique = build_adaptation(config.adaptation, resolved["adaptation_params"])
-    loaded = clock("load_model", lambda: load_model(config.model))
-    technique.check_family(loaded.family.name)
     size = config.split
-    split = clock(
+    split = clock(  # before the model: bad data fails before any weights load
         "split",
         lambda: draw_split(
             load_dataset(config.dataset), size.members, size.nonmembers, size.validation, config.seed
         ),
     )
+    loaded = clock("load_model", lambda: load_model(config.model))
+    technique.check_family(loaded.family.name)
+    check_context(config, technique, loaded)
     split_file = shared_split(shared, config, split)
     model_id = Path(loaded.path).name if loaded.spec.source == "tiny" else loaded.spec.name
     base_identity = identity_of(loaded.model, loaded.tokenizer, model_id, loaded.spec.revision, "none")
@@ -220,6 +230,23 @@ def execute(
         "n_nonmembers": len(split.nonmembers),
         "timings": clock.seconds,
     }
+
+
+def check_context(config: CellConfig, technique: Any, loaded: Any) -> None:
+    """``train.max_length`` plus the technique's virtual tokens must fit the model's positions."""
+    model_config = loaded.model.config
+    positions = getattr(model_config, "max_position_embeddings", None) or getattr(
+        model_config, "n_positions", None
+    )
+    if positions is None or loaded.seq2seq:  # T5: relative positions, no hard limit
+        return
+    virtual = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
+    if config.train.max_length + virtual > positions:
+        extra = f" + {virtual} virtual tokens" if virtual else ""
+        raise PrivauditorError(
+            f"train.max_length {config.train.max_length}{extra} exceeds {config.model}'s context of "
+            f"{positions} positions"
+        )
 
 
 def train_elsewhere(config: CellConfig, model: Any, workdir: Path, distributed: Any) -> Any:

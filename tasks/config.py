@@ -22,11 +22,21 @@ from .registry import unknown_name_message
 DEFAULT_ATTACKS = ("loss", "reference", "zlib", "neighbourhood", "min_k", "min_k_pp", "gradnorm")
 
 
+#: where each settings class sits in a sweep file / ``--set`` key, for error messages
+SECTIONS = {
+    "SplitConfig": "split",
+    "TrainSettings": "train",
+    "ScoreSettings": "score",
+    "DeepSpeedSettings": "train.deepspeed",
+}
+
+
 def _at_least(owner: Any, minimum: dict[str, float]) -> None:
     for name, low in minimum.items():
         value = getattr(owner, name)
         if value is not None and value < low:
-            raise PrivauditorError(f"{type(owner).__name__} {name} must be at least {low}, not {value!r}")
+            section = SECTIONS.get(type(owner).__name__, type(owner).__name__)
+            raise PrivauditorError(f"{section}.{name} must be at least {low}, not {value!r}")
 
 
 @dataclass(frozen=True)

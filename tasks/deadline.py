@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .errors import PrivauditorError
+from .faults import point
 
 _state: dict[str, float | None] = {"deadline": None, "seconds": None}
 
@@ -53,5 +54,6 @@ def timeout(phase: str) -> CellTimeout:
 
 
 def check(phase: str) -> None:
+    point(phase)  # crash tests stop here (only when $PRIVAUDITOR_FAULT asks)
     if expired():
         raise timeout(phase)

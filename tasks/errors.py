@@ -18,3 +18,10 @@ class UnknownNameError(PrivauditorError, KeyError):
 
 class DataError(PrivauditorError):
     """A dataset file or record that cannot be used. Names records by id or line, never by content."""
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """``Type: first line of the message`` of a third-party exception, cut to ``limit`` characters."""
+    lines = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -153,11 +153,16 @@ def write_table(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically (temporary sibling, then rename)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temporary sibling, then rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def signal_key(

@@ -112,3 +112,31 @@ def test_a_failing_cell_is_reported_and_the_others_finish(ray_session, tmp_path,
     assert "1 failed" in printed and "FAILED tiny-gpt2__none__" in printed and "few.jsonl" in printed
     assert len(list((out / "cells").glob("*/DONE"))) == 1 and "[privauditor] cells 2/2" in printed
     assert pq.read_table(out / "leaderboard.parquet").num_rows == 4
+
+
+def test_results_on_an_object_store_uri(ray_session, tmp_path, capsys):
+    """``--out`` a ``pyarrow.fs`` URI (``file://`` here; ``s3://`` / ``gs://`` the same code path)."""
+    remote = tmp_path / "bucket" / "sweep"
+    code, printed = run(tmp_path, SWEEP, f"file://{remote}", capsys)
+    assert code == 0 and "2 to run" in printed
+    done = sorted(p.parent for p in (remote / "cells").glob("*/DONE"))
+    assert len(done) == 2
+    for cell in done:
+        for name in ("cell.json", "signals.parquet", "scores.parquet", "metrics.json"):
+            assert (cell / name).stat().st_size > 0
+    assert (done[1] / "adapter").is_dir() or (done[0] / "adapter").is_dir()  # the lora cell's weights
+    assert pq.read_table(remote / "leaderboard.parquet").num_rows == 2 * 4
+    assert len(list((remote / "plots").glob("*.png"))) == 2 and (remote / "sweep.yaml").exists()
+    code, printed = run(tmp_path, SWEEP, f"file://{remote}", capsys)
+    assert code == 0 and "0 to run" in printed
+
+
+def test_a_cell_past_its_time_limit_fails_and_the_others_finish(ray_session, tmp_path, capsys):
+    sweep = json.loads(json.dumps(SWEEP))
+    sweep["run"]["cell_timeout_s"] = 20
+    sweep["overrides"] = [{"adaptation": "lora", "train": {"epochs": 500}}]  # far more than 20 s
+    code, printed = run(tmp_path, sweep, tmp_path / "results", capsys)
+    assert code == 1 and "1 failed" in printed
+    assert "FAILED tiny-gpt2__lora__" in printed and "cell_timeout_s = 20 s (in training)" in printed
+    done = [p.parent.name for p in (tmp_path / "results" / "cells").glob("*/DONE")]
+    assert len(done) == 1 and "__none__" in done[0]

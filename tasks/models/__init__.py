@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import PrivauditorError, UnknownNameError
+from ..errors import PrivauditorError, UnknownNameError, one_line
 from ..registry import unknown_name_message
 from ._spec import FAMILIES, MODELS, Family, ModelSpec, Resources, TinyArchitecture
 
@@ -122,6 +123,15 @@ def checkpoint_path(spec: ModelSpec) -> str:
     return spec.path
 
 
+TRUST_REMOTE_CODE_ENV = "PRIVAUDITOR_TRUST_REMOTE_CODE"
+
+
+def trust_remote_code() -> bool:
+    """A checkpoint never runs its own Python code unless the user sets ``PRIVAUDITOR_TRUST_REMOTE_CODE=1``
+    (transformers' weights load from safetensors, or through ``torch.load(weights_only=True)``)."""
+    return os.environ.get(TRUST_REMOTE_CODE_ENV, "") == "1"
+
+
 def load_model(model: str | ModelSpec, device: str | None = None) -> LoadedModel:
     """Load tokenizer and weights for a model name or spec, in eval mode on ``device`` (default: the
     GPU when this process has one, as a Ray trial given a GPU does, else the CPU)."""
@@ -133,9 +143,19 @@ def load_model(model: str | ModelSpec, device: str | None = None) -> LoadedModel
     family = FAMILIES.get(spec.family)
     path = checkpoint_path(spec)
     auto = AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM
-    # trust_remote_code stays False: a checkpoint never runs its own code unless the user opts in.
-    tokenizer = AutoTokenizer.from_pretrained(path, revision=spec.revision)
-    weights = auto.from_pretrained(path, revision=spec.revision, dtype=getattr(torch, spec.dtype))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # stderr is for one-line errors, not a bar per load
+    try:
+        remote = trust_remote_code()
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=spec.revision, trust_remote_code=remote)
+        weights = auto.from_pretrained(
+            path, revision=spec.revision, dtype=getattr(torch, spec.dtype), trust_remote_code=remote
+        )
+    except MemoryError:
+        raise
+    except Exception as exc:  # a corrupted, truncated or foreign checkpoint: one line, not a traceback
+        raise PrivauditorError(f"cannot load model '{spec.name}' from {path}: {one_line(exc)}") from None
     if tokenizer.pad_token_id is None:  # LLaMA / GPT-J / GPT-2 checkpoints ship without a pad token
         tokenizer.pad_token = tokenizer.eos_token
     weights.to(device).eval()

@@ -1,0 +1,72 @@
+"""``privauditor publish DIR --to OUT``: the public face of a results folder.
+
+What goes out: the leaderboard (``leaderboard.parquet/.csv/.md/.html``: per (cell, attack) aggregates,
+the contract columns), ``plots/`` (the cells' ROC images), ``provenance.json`` (per cell: resolved
+settings, package versions, split and adaptation hashes, training figures, timings) and
+``published.json``. What never goes out: sample text, sample ids, token ids, per-sample signals or
+scores, neighbour texts, split id lists, adapter weights, W&B run files. The folder is built beside the
+target and renamed into place, so nobody reads half of it; a target that is not an earlier publish
+folder is refused, not overwritten. ``--wandb-project`` also logs the leaderboard as a W&B table (mode
+from ``WANDB_MODE``, else online).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.signals import write_json
+
+#: the parts of a cell's ``cell.json`` that are published (``runtime`` names machines; it stays home)
+PROVENANCE_KEYS = (
+    "cell_id", "config", "model", "provenance", "trainable_params", "train", "utility_loss", "device",
+    "n_members", "n_nonmembers", "timings", "versions",
+)  # fmt: skip
+MARKER = "published.json"
+
+
+def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[dict[str, Any]]:
+    """Write the public export of ``results`` to ``to``; returns the leaderboard rows."""
+    from .leaderboard import rows, write
+
+    results, to = Path(results).resolve(), Path(to).resolve()
+    if not (results / "cells").is_dir():
+        raise PrivauditorError(f"{results} is not a results folder (no cells/ inside)")
+    if to == results or to in results.parents:
+        raise PrivauditorError(f"--to {to} would replace the results folder itself: choose another folder")
+    if to.exists() and not (to / MARKER).is_file():
+        raise PrivauditorError(f"--to {to} exists and is not an earlier publish folder: not overwriting it")
+    found = rows(results)
+    tmp = to.parent / f".{to.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "plots").mkdir(parents=True)
+    cells = sorted({r["cell_id"] for r in found})
+    for cell_id in cells:
+        png = results / "plots" / f"{cell_id}.png"
+        if png.is_file():
+            shutil.copyfile(png, tmp / "plots" / png.name)
+    write(tmp, found)
+    provenance = {}
+    for cell_id in cells:
+        record = json.loads((results / "cells" / cell_id / "cell.json").read_text())
+        provenance[cell_id] = {k: record[k] for k in PROVENANCE_KEYS if k in record}
+    write_json(tmp / "provenance.json", {"cells": provenance})
+    write_json(tmp / MARKER, {
+        "results": results.name, "cells": len(cells), "rows": len(found),
+        "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    })  # fmt: skip
+    if to.exists():
+        shutil.rmtree(to)
+    os.replace(tmp, to)
+    if wandb_project:
+        from .sweep import WandbSettings
+        from .tracking import log_leaderboard
+
+        mode = os.environ.get("WANDB_MODE") or "online"
+        log_leaderboard(WandbSettings(mode=mode, project=wandb_project), results.name, to, found)
+    return found

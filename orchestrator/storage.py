@@ -1,0 +1,127 @@
+"""Where a sweep's results live: a local (or shared, POSIX-mounted) folder, or an object store.
+
+``--out results/x`` (or a shared mount such as ``/mnt/results/x``) is written in place: every file to
+a temporary name and renamed, ``DONE`` last. ``--out s3://bucket/prefix`` (any URI that
+``pyarrow.fs.FileSystem.from_uri`` opens: ``s3://``, ``gs://``, ``hdfs://``, ``file://``) is written
+through ``pyarrow.fs``: a cell runs in a local stage folder (under the artefact cache, one per results
+URI and node) and, once finished, each of its files is uploaded in one piece and ``DONE`` last, so a
+reader never sees a cell without all its files (the stage then keeps only the cell's summaries). Work cells share (``shared/``) stays in the node's stage:
+done once per node. The leaderboard is built from the finished cells' ``cell.json`` / ``metrics.json``
+(and ROC images) fetched into the stage, then uploaded file by file.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from privauditor.tasks.cache import cache_root, stable_hash
+
+#: what a leaderboard needs of each finished cell
+SUMMARY_FILES = ("DONE", "cell.json", "metrics.json")
+LEADERBOARD_FILES = tuple(f"leaderboard.{s}" for s in ("parquet", "csv", "md", "html"))
+
+
+def is_uri(out: str | Path) -> bool:
+    return "://" in str(out)
+
+
+@dataclass(frozen=True)
+class Results:
+    """A results folder: ``local`` is where this process reads and writes; with ``fs`` set, the files
+    are mirrored to ``root`` on that filesystem."""
+
+    uri: str
+    local: Path
+    fs: Any = None
+    root: str = ""
+
+    @classmethod
+    def at(cls, out: str | Path) -> Results:
+        if not is_uri(out):
+            local = Path(out).resolve()  # absolute: trials run in other working directories
+            return cls(str(local), local)
+        from pyarrow import fs as pafs
+
+        filesystem, root = pafs.FileSystem.from_uri(str(out))
+        stage = cache_root() / "stage" / stable_hash(str(out), 16)
+        return cls(str(out), stage, filesystem, root.rstrip("/"))
+
+    @property
+    def remote(self) -> bool:
+        return self.fs is not None
+
+    def _exists(self, relative: str) -> bool:
+        from pyarrow import fs as pafs
+
+        return self.fs.get_file_info(f"{self.root}/{relative}").type != pafs.FileType.NotFound
+
+    def done(self, cell_id: str) -> bool:
+        """The cell finished (its ``DONE`` is there)."""
+        if not self.remote:
+            return (self.local / "cells" / cell_id / "DONE").exists()
+        return self._exists(f"cells/{cell_id}/DONE")
+
+    def upload(self, relative: str) -> None:
+        """One local file of the stage to the same place on the filesystem, in one piece."""
+        if not self.remote:
+            return
+        target = f"{self.root}/{relative}"
+        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        with open(self.local / relative, "rb") as source, self.fs.open_output_stream(target) as sink:
+            shutil.copyfileobj(source, sink, 1 << 22)
+
+    def download(self, relative: str) -> None:
+        target = self.local / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part")
+        with self.fs.open_input_stream(f"{self.root}/{relative}") as source, open(tmp, "wb") as sink:
+            shutil.copyfileobj(source, sink, 1 << 22)
+        tmp.replace(target)
+
+    def push_cell(self, cell_id: str) -> None:
+        """Upload a finished cell: every file, then ``DONE`` (an interrupted upload leaves no ``DONE``)."""
+        if not self.remote:
+            return
+        folder = self.local / "cells" / cell_id
+        files = sorted(p.relative_to(self.local).as_posix() for p in folder.rglob("*") if p.is_file())
+        for relative in [f for f in files if not f.endswith("/DONE")] + [f"cells/{cell_id}/DONE"]:
+            self.upload(relative)
+        for path in sorted(folder.iterdir()):  # the stage keeps only what a leaderboard reads
+            if path.name not in SUMMARY_FILES:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    def pull_summaries(self) -> None:
+        """Fetch what the leaderboard reads of every finished cell (and its ROC image) into the stage."""
+        if not self.remote:
+            return
+        from pyarrow import fs as pafs
+
+        listing = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/cells", allow_not_found=True))
+        for info in listing:
+            cell_id = info.base_name
+            if info.type != pafs.FileType.Directory or not self._exists(f"cells/{cell_id}/DONE"):
+                continue
+            for name in SUMMARY_FILES:
+                if not (self.local / "cells" / cell_id / name).exists():
+                    self.download(f"cells/{cell_id}/{name}")
+            if (
+                self._exists(f"plots/{cell_id}.png")
+                and not (self.local / "plots" / f"{cell_id}.png").exists()
+            ):
+                self.download(f"plots/{cell_id}.png")
+
+    def push_leaderboard(self) -> None:
+        for name in LEADERBOARD_FILES:
+            self.upload(name)
+
+    def fetch(self, relative: str) -> bool:
+        """Copy one file from the filesystem into the stage if it is there; whether it was."""
+        if not self.remote:
+            return (self.local / relative).exists()
+        if not self._exists(relative):
+            return False
+        self.download(relative)
+        return True

@@ -1,0 +1,88 @@
+"""Results on an object store (through ``pyarrow.fs``): a finished cell is uploaded file by file with
+``DONE`` last; an interrupted upload leaves no ``DONE``; the leaderboard is built from fetched summaries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from privauditor.orchestrator.runner import leaderboard
+from privauditor.orchestrator.storage import Results
+from privauditor.tasks.signals import write_json
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path / "cache"))
+    return Results.at(f"file://{tmp_path}/bucket/run")
+
+
+def fake_cell(results, cell_id, auc):
+    folder = results.local / "cells" / cell_id
+    (folder / "adapter").mkdir(parents=True)
+    (folder / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
+    metrics = {
+        "loss": {
+            "auc": auc,
+            "auc_ci": [auc - 0.1, auc + 0.1],
+            "tpr_at_1pct_fpr": 0.0,
+            "tpr_at_0.1pct_fpr": None,
+            "n_members": 10,
+            "n_nonmembers": 10,
+            "roc": [[0, 0], [1, 1]],
+        }
+    }
+    record = {"cell_id": cell_id, "utility_loss": 5.0, "trainable_params": 3, "train": {"seconds": 1.0},
+              "config": {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "sql", "seed": 0}}  # fmt: skip
+    for name, data in (("metrics.json", metrics), ("cell.json", record), ("DONE", {"cell_id": cell_id})):
+        write_json(folder / name, data)
+
+
+def test_a_cell_is_uploaded_whole_with_done_last(results, tmp_path, monkeypatch):
+    assert results.remote and results.local != tmp_path / "bucket" / "run"
+    fake_cell(results, "c1", 0.7)
+    uploads = []
+    original = Results.upload
+    monkeypatch.setattr(Results, "upload", lambda self, rel: (uploads.append(rel), original(self, rel)))
+    assert not results.done("c1")
+    results.push_cell("c1")
+    assert uploads[-1] == "cells/c1/DONE" and len(uploads) == len(set(uploads)) == 4
+    remote = tmp_path / "bucket" / "run" / "cells" / "c1"
+    assert (remote / "adapter" / "adapter_model.safetensors").read_bytes() == b"weights"
+    assert results.done("c1")
+
+
+def test_an_interrupted_upload_leaves_no_done(results, monkeypatch):
+    fake_cell(results, "c2", 0.6)
+    original, calls = Results.upload, []
+
+    def flaky(self, relative):
+        calls.append(relative)
+        if len(calls) == 3:
+            raise OSError("connection reset")
+        original(self, relative)
+
+    monkeypatch.setattr(Results, "upload", flaky)
+    with pytest.raises(OSError):
+        results.push_cell("c2")
+    assert not results.done("c2")  # a rerun redoes the cell; nothing half-uploaded is read
+
+
+def test_leaderboard_from_cells_finished_on_other_nodes(results, tmp_path, monkeypatch):
+    fake_cell(results, "c3", 0.8)
+    results.push_cell("c3")
+    assert sorted(p.name for p in (results.local / "cells" / "c3").iterdir()) == [
+        "DONE",
+        "cell.json",
+        "metrics.json",
+    ]
+    monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path / "other-cache"))
+    elsewhere = Results.at(results.uri)  # another node: an empty stage of its own
+    assert elsewhere.local != results.local and not (elsewhere.local / "cells").exists()
+    found = leaderboard(elsewhere)
+    assert [(r["cell_id"], r["auc"]) for r in found] == [("c3", 0.8)]
+    remote = tmp_path / "bucket" / "run"
+    assert json.loads((remote / "cells" / "c3" / "DONE").read_text())["cell_id"] == "c3"
+    assert (remote / "leaderboard.parquet").stat().st_size > 0 and (remote / "leaderboard.html").exists()
+    assert not (elsewhere.local / "cells" / "c3" / "adapter").exists()  # only the summaries were fetched
