@@ -30,11 +30,14 @@ def point(phase: str) -> None:
     wanted, _, cell = where.partition("@")
     if phase != wanted or (cell and cell not in (_cell["id"] or "")):
         return
-    try:  # only the first process to get here stops; the marker's creation is atomic
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    tmp = f"{marker}.tmp-{os.getpid()}"
+    with open(tmp, "w") as handle:
+        handle.write(str(os.getpid()))
+    try:  # only the first process to get here stops; the marker appears at once, with its pid in it
+        os.link(tmp, marker)
     except FileExistsError:
         return
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
+    finally:
+        os.unlink(tmp)
     while True:  # until killed
         time.sleep(0.5)
