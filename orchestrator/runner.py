@@ -203,7 +203,7 @@ def run_sweep(
           f"{len(todo)} to run; results in {results.uri if results.remote else out}", flush=True)  # fmt: skip
     for dropped in sweep.dropped:
         print(f"  dropped {dropped.model} x {dropped.adaptation}: {dropped.reason}")
-    for stale in out.glob(".*.tmp-*"):  # a leaderboard file being written when a run was killed
+    for stale in [*out.glob(".*.tmp-*"), *out.glob("plots/.*.tmp-*")]:  # being written when a run was killed
         stale.unlink()
     failures: list[tuple[str, str]] = []
     if todo:

@@ -112,7 +112,7 @@ def test_sigkill_at_any_point_then_rerun_loses_and_redoes_nothing(fault, tmp_pat
     assert len(list((out / "cells").glob("*/DONE"))) == 2
     readable(out)
     assert pq.read_table(out / "leaderboard.parquet").num_rows == 2 * 3
-    assert not list(out.glob(".*.tmp-*"))
+    assert not list(out.glob(".*.tmp-*")) and not list(out.glob("plots/.*.tmp-*"))
 
 
 def test_sigint_stops_cleanly_and_keeps_what_finished(tmp_path):
