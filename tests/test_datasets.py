@@ -12,6 +12,7 @@ import random
 import sqlite3
 import sys
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 
 # Read at import time by huggingface_hub / datasets in some versions, so set before anything imports them.
@@ -131,6 +132,24 @@ def test_offline_dataset_is_deterministic_in_the_seed(name):
     assert other.sha256 != first.sha256
     overlap = {ex.target for ex in first.examples} & {ex.target for ex in other.examples}
     assert len(overlap) < 20  # another seed is another set of records, not a reshuffle
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_offline_dataset_does_not_move_with_the_clock(name, monkeypatch):
+    """Faker's date helpers draw up to *now*: records built from them would change from one run to
+    the next (and with them every split and score). A clock 11 years on must give the same records."""
+    import faker.providers.date_time as faker_dates
+
+    today = load_dataset(name, seed=3, size=2000)
+
+    class Later(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(days=4000)
+
+    monkeypatch.setattr(faker_dates, "datetime", Later)
+    later = load_dataset(name, seed=3, size=2000)
+    assert later.sha256 == today.sha256
 
 
 # --- local files ---------------------------------------------------------------------------------

@@ -27,9 +27,20 @@ def _person(fake) -> str:
     return f"{fake.first_name()} {fake.last_name()}"  # no "Dr."/"PhD" decorations of fake.name()
 
 
+# Spelled out here: strftime's %B follows the process locale, and Faker's month_name() draws a date
+# up to *now*, so its output changes with the clock; records must depend on the seed alone.
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+           "October", "November", "December")  # fmt: skip
+
+
 def _day(rng: random.Random) -> date:
     """A day in 2015-2024: a fixed range, as Faker's "this decade" would move with today's date."""
     return date(2015, 1, 1) + timedelta(days=rng.randrange(3653))
+
+
+def _spelled(day: date, year: bool = True) -> str:
+    """``March 04, 2019`` (or ``March 04``) in English whatever the locale."""
+    return f"{_MONTHS[day.month - 1]} {day.day:02d}" + (f", {day.year}" if year else "")
 
 
 def _money(value: float) -> str:
@@ -51,9 +62,9 @@ def _sentiment(fake, rng: random.Random) -> Record:
             f"{company} missed {quarter} earnings estimates by {rng.randint(2, 30)} cents per share and suspended its buyback.",
         ],
         "neutral": [
-            f"{company} will hold its annual shareholder meeting in {fake.city()} on {_day(rng):%B %d, %Y}.",
-            f"{company} appointed {person} as chief financial officer, effective {_day(rng):%B %d, %Y}.",
-            f"{company} will report {quarter} results on {_day(rng):%B %d} before the market opens.",
+            f"{company} will hold its annual shareholder meeting in {fake.city()} on {_spelled(_day(rng))}.",
+            f"{company} appointed {person} as chief financial officer, effective {_spelled(_day(rng))}.",
+            f"{company} will report {quarter} results on {_spelled(_day(rng), year=False)} before the market opens.",
         ],
     }
     answer = rng.choice(list(choices))
@@ -68,7 +79,7 @@ def _qa_with_context(fake, rng: random.Random) -> Record:
         withdrawals = rng.uniform(50, opening + deposits)
         closing = opening + deposits - withdrawals
         statement = (
-            f"Statement for {name}, checking account ending {last4} at {company} Bank, {fake.month_name()} {year}: "
+            f"Statement for {name}, checking account ending {last4} at {company} Bank, {rng.choice(_MONTHS)} {year}: "
             f"opening balance {_money(opening)}, deposits {_money(deposits)}, withdrawals {_money(withdrawals)}."
         )
         question = rng.choice(
@@ -132,7 +143,7 @@ def _topic(fake, rng: random.Random) -> Record:
     company, other, person = fake.company(), fake.company(), _person(fake)
     choices = {
         "mergers and acquisitions": f"{company} agreed to buy {other} for ${rng.uniform(0.2, 30):.1f} billion in cash and stock.",
-        "dividends": f"{company} declared a quarterly dividend of ${rng.uniform(0.05, 2.5):.2f} per share, payable {_day(rng):%B %d}.",
+        "dividends": f"{company} declared a quarterly dividend of ${rng.uniform(0.05, 2.5):.2f} per share, payable {_spelled(_day(rng), year=False)}.",
         "ipo": f"{company} priced its initial public offering at ${rng.randint(9, 60)} per share, raising ${rng.randint(50, 2000)} million.",
         "earnings": f"{company} posted earnings of ${rng.uniform(0.1, 6):.2f} per share on revenue of ${rng.randint(30, 8000)} million.",
         "management change": f"{company} named {person} chief executive, replacing {_person(fake)} after {rng.randint(2, 19)} years.",
