@@ -10,11 +10,11 @@ n_members, n_nonmembers, utility_loss, trainable_params, train_seconds``).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.faults import point
+from privauditor.tasks.signals import atomic_write
 
 COLUMNS = [
     "cell_id",
@@ -73,10 +73,11 @@ def rows(out: Path) -> list[dict[str, Any]]:
 
 
 def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    point("leaderboard")  # crash tests stop here (only when $PRIVAUDITOR_FAULT asks)
-    os.replace(tmp, path)
+    def written(tmp: Path) -> None:
+        write(tmp)
+        point("leaderboard")  # crash tests stop here (only when $PRIVAUDITOR_FAULT asks)
+
+    atomic_write(path, written)
 
 
 SUMMARY_HEADER = ["AUC mean ± std", "std over", "rows"]

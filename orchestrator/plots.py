@@ -6,8 +6,9 @@ https://arxiv.org/abs/2112.03570); the diagonal is chance.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from privauditor.tasks.signals import atomic_write
 
 
 def roc_png(metrics: dict, path: Path, title: str) -> Path:
@@ -34,9 +35,7 @@ def roc_png(metrics: dict, path: Path, title: str) -> Path:
     ax.set_ylim(floor, 1)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    try:
+        return atomic_write(path, fig.savefig, suffix=".png")  # the suffix tells savefig the format
+    finally:
+        plt.close(fig)

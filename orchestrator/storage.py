@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.cache import cache_root, stable_hash
+from privauditor.tasks.signals import atomic_write
 
 #: what a leaderboard needs of each finished cell
 SUMMARY_FILES = ("DONE", "cell.json", "metrics.json")
@@ -74,12 +75,11 @@ class Results:
             shutil.copyfileobj(source, sink, 1 << 22)
 
     def download(self, relative: str) -> None:
-        target = self.local / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.part")
-        with self.fs.open_input_stream(f"{self.root}/{relative}") as source, open(tmp, "wb") as sink:
-            shutil.copyfileobj(source, sink, 1 << 22)
-        tmp.replace(target)
+        def copy(tmp: Path) -> None:
+            with self.fs.open_input_stream(f"{self.root}/{relative}") as source, open(tmp, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1 << 22)
+
+        atomic_write(self.local / relative, copy)
 
     def push_cell(self, cell_id: str) -> None:
         """Upload a finished cell: every file, then ``DONE`` (an interrupted upload leaves no ``DONE``)."""

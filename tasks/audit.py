@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .cache import stable_hash
-from .cell import CellOutcome, check_results_dir, directory_hash, versions
+from .cell import CellOutcome, check_context, check_results_dir, directory_hash, versions
 from .config import CellConfig, slug
 from .datasets import Example, content_hash, load_dataset
 from .errors import PrivauditorError, one_line
@@ -72,6 +72,12 @@ def load_adapted(model: str, adapter: str | None) -> tuple[Any, str, int]:
     return loaded, name, max(added, 0)
 
 
+def virtual_tokens(model: Any) -> int:
+    """Positions a loaded peft prompt-learning adapter puts in front of the input (0 for any other)."""
+    configs = getattr(model, "peft_config", {}).values()
+    return max([getattr(c, "num_virtual_tokens", 0) or 0 for c in configs if c.is_prompt_learning], default=0)
+
+
 def run_audit(
     model: str,
     members: str,
@@ -98,9 +104,10 @@ def run_audit(
     if (cell_dir / "DONE").exists():
         return CellOutcome(audit_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
     check_results_dir(out)
+    loaded, technique, trainable = load_adapted(model, adapter)
+    check_context(config.train.max_length, virtual_tokens(loaded.model), loaded, model)
     shutil.rmtree(cell_dir, ignore_errors=True)
     cell_dir.mkdir(parents=True)
-    loaded, technique, trainable = load_adapted(model, adapter)
     name = loaded.spec.name
     target = Scorer(
         loaded.model,

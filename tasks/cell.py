@@ -161,7 +161,8 @@ def execute(
     )
     loaded = clock("load_model", lambda: load_model(config.model))
     technique.check_family(loaded.family.name)
-    check_context(config, technique, loaded)
+    virtual = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
+    check_context(config.train.max_length, virtual, loaded, config.model)
     split_file = shared_split(shared, config, split)
     model_id = Path(loaded.path).name if loaded.spec.source == "tiny" else loaded.spec.name
     base_identity = identity_of(loaded.model, loaded.tokenizer, model_id, loaded.spec.revision, "none")
@@ -232,20 +233,18 @@ def execute(
     }
 
 
-def check_context(config: CellConfig, technique: Any, loaded: Any) -> None:
-    """``train.max_length`` plus the technique's virtual tokens must fit the model's positions."""
+def check_context(max_length: int, virtual: int, loaded: Any, name: str) -> None:
+    """``train.max_length`` plus ``virtual`` tokens (prompt learning) must fit the model's positions."""
     model_config = loaded.model.config
     positions = getattr(model_config, "max_position_embeddings", None) or getattr(
         model_config, "n_positions", None
     )
     if positions is None or loaded.seq2seq:  # T5: relative positions, no hard limit
         return
-    virtual = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
-    if config.train.max_length + virtual > positions:
+    if max_length + virtual > positions:
         extra = f" + {virtual} virtual tokens" if virtual else ""
         raise PrivauditorError(
-            f"train.max_length {config.train.max_length}{extra} exceeds {config.model}'s context of "
-            f"{positions} positions"
+            f"train.max_length {max_length}{extra} exceeds {name}'s context of {positions} positions"
         )
 
 

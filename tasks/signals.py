@@ -145,19 +145,28 @@ class Signals:
         )
 
 
-def write_table(table: pa.Table, path: Path) -> None:
-    """Write a Parquet file atomically (temporary sibling, then rename)."""
+def atomic_write(path: Path, write: Callable[[Path], Any], suffix: str = "") -> Path:
+    """``write(tmp)`` into a hidden sibling ``.NAME.tmp-PID[suffix]``, then rename it over ``path``: a
+    reader sees the old file or the whole new one, never part. A killed writer leaves only the hidden
+    temporary file, which the next run clears."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only left when write() raised
+    return path
+
+
+def write_table(table: pa.Table, path: Path) -> None:
+    """Write a Parquet file atomically."""
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically (temporary sibling, then rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write a text file atomically."""
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def write_json(path: Path, data: Any) -> None:

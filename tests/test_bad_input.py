@@ -78,6 +78,7 @@ CASES = [
     ("non-UTF-8 file", lambda t, o, a: CELL[:6] + [write(t / "b.txt", b"\xff\xfe" + CANARY.encode() + b"\n"), "--out", o], "not valid UTF-8 (line 1)"),
     ("records missing a field", lambda t, o, a: CELL[:6] + [write(t / "p.jsonl", json.dumps({"prompt": CANARY}) + "\n"), "--out", o], "missing field"),
     ("texts longer than the context", lambda t, o, a: CELL + ["--out", o, "--set", "train.max_length=5000"], "context"),
+    ("audit longer than the context", lambda t, o, a: audit(t, "tiny-gpt2", a) + ["--out", o, "--set", "train.max_length=5000"], "exceeds tiny-gpt2's context"),
     ("missing adapter directory", lambda t, o, a: audit(t, "tiny-gpt2", t / "nowhere") + ["--out", o], "nowhere"),
     ("adapter for another base", lambda t, o, a: audit(t, "tiny-llama", a) + ["--out", o], "base"),
     ("corrupted safetensors", lambda t, o, a: audit(t, "tiny-gpt2", corrupted(t, a)) + ["--out", o], "safetensors"),
