@@ -4,8 +4,8 @@ A sweep of 8 tiny cells (2 bases x 4 techniques x finance; every attack but Grad
 passes are per-cell work of another kind) runs four times, side by side in one run:
 
 - ``seq``: one fresh process (its start-up and imports timed, as Ray's workers' are), 2 torch threads,
-  the cells one after another through ``run_cell`` (shared work done once, by the first cell that needs
-  it, exactly as in a sweep);
+  the cells one after another through ``run_cell``, each with its ROC image as a sweep draws it (shared
+  work done once, by the first cell that needs it, exactly as in a sweep);
 - ``naive``: the same, each cell in its own results folder, so neighbour texts and reference signals
   are regenerated per cell (only its forward passes are used);
 - ``ray``: ``privauditor run`` on a local Ray with 2 CPUs (1 CPU per trial, two trials at once; Ray
@@ -70,12 +70,15 @@ def inference_rows(count_file: Path, start: int) -> tuple[int, int]:
 
 
 def in_process(cells, out_of) -> dict[str, float]:
+    """Each cell through ``run_cell`` and its ROC image, the outputs a sweep writes per cell."""
+    from privauditor.orchestrator.plots import roc_png
     from privauditor.tasks.cell import run_cell
 
     seconds = {}
     for cell in cells:
         started = time.perf_counter()
-        run_cell(cell, out_of(cell))
+        outcome = run_cell(cell, out_of(cell))
+        roc_png(outcome.metrics, out_of(cell) / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
         seconds[cell.cell_id()] = time.perf_counter() - started
     return seconds
 

@@ -57,6 +57,7 @@ def _trial(
     from .distributed import RayTrainLauncher
     from .plots import roc_png
 
+    _attack_actor()  # started now, so its process start-up overlaps the cell's adaptation
     needs = resources[config["cell_id"]]
     threads = max(1, int(needs["CPU"]))
     torch.set_num_threads(threads)  # two trials' thread pools on the same cores slow both many times over
@@ -115,6 +116,9 @@ def _attack_actor() -> Any:
 
     @ray.remote(num_cpus=0, max_concurrency=8)
     class AttackActor:
+        def __init__(self) -> None:
+            import privauditor.tasks.attack_job  # noqa: F401  # the jobs' module: numpy and pyarrow, no torch
+
         def run(self, job: Any, args: tuple[Any, ...]) -> Any:
             return job(*args)
 

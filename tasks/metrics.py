@@ -14,14 +14,32 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 FPR_TARGETS = {"tpr_at_0.1pct_fpr": 0.001, "tpr_at_1pct_fpr": 0.01}
 
 
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks along the last axis, tied values sharing the mean of their ranks (what
+    ``scipy.stats.rankdata`` gives for finite values; numpy alone keeps scipy's second of import out
+    of every process that runs attacks)."""
+    order = np.argsort(x, axis=-1, kind="stable")
+    ordered = np.take_along_axis(x, order, -1)
+    n = x.shape[-1]
+    position = np.broadcast_to(np.arange(n), x.shape)
+    starts = np.ones(x.shape, bool)  # first of a run of equal values
+    starts[..., 1:] = ordered[..., 1:] != ordered[..., :-1]
+    ends = np.ones(x.shape, bool)  # last of a run
+    ends[..., :-1] = starts[..., 1:]
+    first = np.maximum.accumulate(np.where(starts, position, 0), axis=-1)
+    last = np.flip(np.minimum.accumulate(np.flip(np.where(ends, position, n), -1), axis=-1), -1)
+    ranks = np.empty(x.shape, np.float64)
+    np.put_along_axis(ranks, order, (first + last) / 2 + 1, -1)
+    return ranks
+
+
 def auc_from_ranks(member: np.ndarray, scores: np.ndarray) -> np.ndarray:
     """ROC-AUC of ``scores`` (last axis = samples; leading axes batch resamples) for labels ``member``."""
-    ranks = rankdata(scores, axis=-1)
+    ranks = average_ranks(scores)
     positives = member.sum(-1)
     negatives = member.shape[-1] - positives
     rank_sum = (ranks * member).sum(-1)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from privauditor.tasks.metrics import attack_metrics, roc_points, tpr_at_fpr
+from privauditor.tasks.metrics import attack_metrics, average_ranks, roc_points, tpr_at_fpr
 
 
 def labels(members, nonmembers):
@@ -18,6 +18,15 @@ def test_auc_matches_sklearn_with_ties():
     member = rng.random(300) < 0.5
     scores = np.round(rng.normal(size=300) + member * 0.5, 1)  # many ties
     assert attack_metrics(member, scores)["auc"] == pytest.approx(roc_auc_score(member, scores))
+
+
+@pytest.mark.parametrize("shape", [(1,), (9,), (300,), (40, 25), (3, 4, 11)])
+def test_average_ranks_match_scipy_with_and_without_ties(shape):
+    from scipy.stats import rankdata
+
+    rng = np.random.default_rng(sum(shape))
+    for x in (rng.normal(size=shape), rng.integers(0, 4, shape).astype(float)):
+        assert np.array_equal(average_ranks(x), rankdata(x, axis=-1))
 
 
 @pytest.mark.parametrize(("scores", "auc"), [([3, 2, 1, 0], 1.0), ([0, 1, 2, 3], 0.0), ([1, 1, 1, 1], 0.5)])
