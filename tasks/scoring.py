@@ -58,6 +58,10 @@ def _stats(rows: torch.Tensor, tokens: torch.Tensor, moments: bool) -> tuple[tor
 
 
 CHUNK_ELEMENTS = 1 << 24  # logits of one chunk of scored positions (64 MB in float32)
+# The statistics read and write N x V buffers several times: in pieces of 2 MB they stay in cache
+# (measured at 32k vocabulary: 512 rows at once 0.17 s, in 16-row pieces 0.04 s), while the
+# projection keeps its large chunks, where the matrix product is most efficient.
+STATS_ELEMENTS = 1 << 19
 
 
 class TargetHead:
@@ -117,7 +121,9 @@ def score_examples(
     device = _device(model)
     out: list[TokenStats | None] = [None] * len(data)
     head = TargetHead(model)
-    chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // head.module.weight.shape[0])
+    vocab = head.module.weight.shape[0]
+    chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // vocab)
+    stats_rows = max(1, min(chunk_rows, STATS_ELEMENTS // vocab))
     for start in range(0, len(data), batch_size):
         check("scoring")
         rows_of_batch = order[start : start + batch_size]
@@ -134,10 +140,13 @@ def score_examples(
             inputs["decoder_input_ids"] = base.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
         with head.at(mask.to(device), shift=not seq2seq):
             model(**inputs)
-        pieces = [
-            _stats(head.project(i, chunk_rows), tokens[i : i + chunk_rows], moments)
-            for i in range(0, len(tokens), chunk_rows)
-        ]
+        pieces = []
+        for i in range(0, len(tokens), chunk_rows):
+            logits, targets = head.project(i, chunk_rows), tokens[i : i + chunk_rows]
+            pieces += [
+                _stats(logits[j : j + stats_rows], targets[j : j + stats_rows], moments)
+                for j in range(0, len(logits), stats_rows)
+            ]
         columns = [torch.cat(parts).cpu().numpy().astype(np.float32) for parts in zip(*pieces, strict=True)]
         lengths = mask.sum(1).tolist()
         offset = 0

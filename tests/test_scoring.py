@@ -82,16 +82,21 @@ def test_token_ids_are_the_target_and_logp_is_the_models_own_log_softmax(family_
 @pytest.mark.parametrize(
     ("family_name", "technique"), [("llama", "prompt"), ("t5", "lora"), ("bloom", "none")]
 )
-def test_batching_with_padding_gives_the_numbers_of_one_text_at_a_time(family_name, technique):
+def test_batching_with_padding_gives_the_numbers_of_one_text_at_a_time(family_name, technique, monkeypatch):
+    import privauditor.tasks.scoring as scoring
+
     family, tokenizer, model = adapted(family_name, technique)
     together = score_examples(model, tokenizer, TEXTS, 64, family.seq2seq, batch_size=len(TEXTS))
     alone = score_examples(model, tokenizer, TEXTS, 64, family.seq2seq, batch_size=1)
     chunked = score_examples(model, tokenizer, TEXTS, 64, family.seq2seq, batch_size=2, chunk_rows=5)
-    for a, b, c in zip(together, alone, chunked, strict=True):
-        assert a.token_ids.tolist() == b.token_ids.tolist() == c.token_ids.tolist()
+    # statistics in pieces of 3 rows inside projection chunks of 7 (boundaries that do not line up)
+    monkeypatch.setattr(scoring, "STATS_ELEMENTS", 3 * len(tokenizer))
+    pieces = score_examples(model, tokenizer, TEXTS, 64, family.seq2seq, batch_size=3, chunk_rows=7)
+    for a, b, c, d in zip(together, alone, chunked, pieces, strict=True):
+        assert a.token_ids.tolist() == b.token_ids.tolist() == c.token_ids.tolist() == d.token_ids.tolist()
         for field in ("logp", "mu", "sigma"):
-            np.testing.assert_allclose(getattr(a, field), getattr(b, field), rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(getattr(c, field), getattr(b, field), rtol=1e-5, atol=1e-5)
+            for other in (a, c, d):
+                np.testing.assert_allclose(getattr(other, field), getattr(b, field), rtol=1e-5, atol=1e-5)
 
 
 def test_gradient_norms_use_trainable_weights_or_all_for_a_frozen_model():
