@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,8 @@ def load_model(model: str | ModelSpec, device: str | None = None) -> LoadedModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # stderr is for one-line errors, not a bar per load
+    # peft still calls transformers' old name; that notice is for the two libraries, not the user
+    warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated", FutureWarning)
     try:
         remote = trust_remote_code()
         tokenizer = AutoTokenizer.from_pretrained(path, revision=spec.revision, trust_remote_code=remote)
