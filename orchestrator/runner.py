@@ -151,11 +151,11 @@ def _looks_built(name: str) -> bool:
     the start-up of one Ray worker per base."""
     from privauditor.tasks.cache import cache_root
     from privauditor.tasks.models import resolve_model
+    from privauditor.tasks.models._spec import profile_name
 
     if name != "tiny-mlm" and resolve_model(name).source != "tiny":
         return True
-    profile = os.environ.get("PRIVAUDITOR_PRETRAIN_PROFILE") or "default"
-    return any((cache_root() / "bases").glob(f"{name}-{profile}-*/key.json"))
+    return any((cache_root() / "bases").glob(f"{name}-{profile_name()}-*/key.json"))
 
 
 def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:

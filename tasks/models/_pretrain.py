@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
-log = logging.getLogger(__name__)
+from ._spec import profile_name
 
-PROFILE_ENV = "PRIVAUDITOR_PRETRAIN_PROFILE"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ def active_profile(name: str | None = None) -> PretrainProfile:
     from ..errors import PrivauditorError
     from ..registry import unknown_name_message
 
-    name = name or os.environ.get(PROFILE_ENV) or "default"
+    name = profile_name(name)
     if name not in PROFILES:
         raise PrivauditorError(unknown_name_message("pre-training profile", name, list(PROFILES)))
     return PROFILES[name]

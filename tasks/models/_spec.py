@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -9,6 +10,14 @@ from ..registry import Registry
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+PROFILE_ENV = "PRIVAUDITOR_PRETRAIN_PROFILE"
+
+
+def profile_name(name: str | None = None) -> str:
+    """The pre-training profile's name: ``name``, else ``$PRIVAUDITOR_PRETRAIN_PROFILE``, else ``default``
+    (here, without torch, so a sweep's driver can look for cached bases by name)."""
+    return name or os.environ.get(PROFILE_ENV) or "default"
 
 
 @dataclass(frozen=True)
