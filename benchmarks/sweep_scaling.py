@@ -20,7 +20,9 @@ inference, counted by hooks on every model call: :mod:`privauditor.tasks.countin
 ``forward_passes_naive`` for ``naive``, and the bound ``cells·n·(1+k) + cells·n_val + bases·datasets·n
 + splits·n·k`` (n scored texts, k neighbours; the ``n_val`` term is the utility figure's validation
 pass, which the issue's bound leaves out); ``scheduler_overhead_s`` = median over cells of (wall under
-Ray − alone). The last line is one JSON object.
+Ray − alone); ``parallel_speedup_ceiling`` = what a perfect 2x on the cells would give when each process
+pays the sequential process's start-up (its wall time less cells x the median cell). The last line is
+one JSON object.
 
     python benchmarks/sweep_scaling.py [--members 32] [--k 4]
 """
@@ -160,7 +162,9 @@ def main() -> int:
     forward_passes_naive, mark = inference_rows(count_file, mark)
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": _env()})
+    ray_started = time.time()
     ray_s = through_ray(sweep_data(args.members, args.k, 1), work / "ray")
+    ray_first = min(p.stat().st_mtime for p in (work / "ray" / "cells").glob("*/DONE")) - ray_started
     ray_passes, mark = inference_rows(count_file, mark)
     (work / "ray_serial").mkdir()
     shutil.copytree(work / "seq" / "shared", work / "ray_serial" / "shared")
@@ -190,6 +194,14 @@ def main() -> int:
         + splits * n * args.k
     )
     steady_ratio = (sum(seq.values()) / len(cells)) / steady(work / "ray")
+    # Amdahl: start-up (process, imports, first loads) is paid by every process, the cells are shared
+    # out; even a perfect 2x on the cells cannot beat this ceiling
+    cell_s = statistics.median(seq.values())
+    seq_startup = seq_s - len(cells) * cell_s
+    ceiling = seq_s / (seq_startup + len(cells) * cell_s / 2)
+    print(f"start-up: {seq_startup:.1f} s in the sequential process (its wall time less {len(cells)} x the "
+          f"median cell, {cell_s:.2f} s); under Ray the first cell was done {ray_first:.1f} s after the "
+          f"start; ceiling with a perfect 2x on the cells: {ceiling:.2f}")  # fmt: skip
     print(render(
         ["run", "cells", "wall s", "texts through a model (inference)"],
         [["seq (1 fresh process, 2 threads)", len(cells), f"{seq_s:.1f}", forward_passes],
@@ -200,6 +212,9 @@ def main() -> int:
     figures = {
         "parallel_speedup": round(seq_s / ray_s, 3),
         "parallel_speedup_steady": round(steady_ratio, 3),  # per-cell rate once both are running
+        "parallel_speedup_ceiling": round(ceiling, 3),
+        "seq_startup_s": round(seq_startup, 2),
+        "ray_first_cell_done_s": round(ray_first, 2),
         "forward_passes": forward_passes,
         "forward_passes_ray": ray_passes,
         "forward_passes_naive": forward_passes_naive,

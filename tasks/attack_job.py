@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from .attacks import build_attack
 from .metrics import attack_metrics
-from .signals import Signals
+from .signals import Signals, read_table
 
 
 def attack_job(
@@ -26,10 +25,10 @@ def attack_job(
     seed: int,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Scores (higher = member, in the signals' sample order) and metrics of one attack."""
-    signals = Signals.from_table(pq.read_table(signals_file))
+    signals = Signals.from_table(read_table(signals_file))
     reference = None
     if reference_file is not None:
-        reference = Signals.from_table(pq.read_table(reference_file)).aligned_to(signals.sample_id)
+        reference = Signals.from_table(read_table(reference_file)).aligned_to(signals.sample_id)
     scores = np.asarray(build_attack(name, params).score(signals, reference), dtype=np.float64)
     return scores, attack_metrics(signals.member, scores, bootstrap, seed)
 

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .cache import file_lock, stable_hash
 from .deadline import check
-from .signals import write_table
+from .signals import read_table, write_table
 
 NEIGHBOURS_FORMAT = 1
 
@@ -117,7 +116,7 @@ def cached_neighbours(
                     }
                 )
                 write_table(table, path)
-    table = pq.read_table(path)
+    table = read_table(path)
     return dict(
         zip(table.column("sample_id").to_pylist(), table.column("neighbours").to_pylist(), strict=True)
     )

@@ -159,6 +159,12 @@ def atomic_write(path: Path, write: Callable[[Path], Any], suffix: str = "") -> 
     return path
 
 
+def read_table(path: str | Path) -> pa.Table:
+    """One Parquet file, read whole. ``pq.read_table`` would go through pyarrow's dataset layer, whose
+    first use imports pandas (about 0.4 s in a process that has no other use for it: an attack worker)."""
+    return pq.ParquetFile(path).read()
+
+
 def write_table(table: pa.Table, path: Path) -> None:
     """Write a Parquet file atomically."""
     atomic_write(path, lambda tmp: pq.write_table(table, tmp))
@@ -212,4 +218,4 @@ class SignalStore:
             with file_lock(path.with_suffix(".lock")):
                 if not path.exists():
                     write_table(compute().to_table(), path)
-        return Signals.from_table(pq.read_table(path))
+        return Signals.from_table(read_table(path))

@@ -117,3 +117,22 @@ def test_neighbours_are_generated_once_and_shared(tmp_path, monkeypatch):
     assert cached_neighbours(tmp_path, ["a", "b"], TARGETS, 3, 0.2, 0) == found
     with pytest.raises(AssertionError, match="regenerated"):
         cached_neighbours(tmp_path, ["a", "b"], TARGETS, 5, 0.2, 0)  # another k is another entry
+
+
+def test_attack_job_reads_signals_without_torch_or_pandas(tmp_path):
+    """An attack worker stays light: reading signals.parquet imports neither torch nor (through pyarrow's
+    dataset layer) pandas, and gives the same table, metadata included, as ``pq.read_table``."""
+    import subprocess
+    import sys
+
+    from privauditor.tasks.signals import read_table
+
+    write_table(sample_signals().to_table(), tmp_path / "signals.parquet")
+    assert read_table(tmp_path / "signals.parquet").equals(pq.read_table(tmp_path / "signals.parquet"), True)
+    code = (
+        "import sys; from privauditor.tasks.attack_job import attack_job;"
+        f"scores, metrics = attack_job('loss', {{}}, {str(tmp_path / 'signals.parquet')!r}, None, 10, 0);"
+        "print(len(scores), 'auc' in metrics, 'torch' in sys.modules, 'pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "2 True False False"
