@@ -103,8 +103,10 @@ def _mimir_logprobs(net, item, pad_id, all_probs=False):
     full = torch.log_softmax(logits[..., :-1, :].float(), -1)  # T x V kept
     targets = labels[0, 1:]
     logp = [full[0, i, token].item() for i, token in enumerate(targets) if token != -100]
+    if not all_probs:
+        return np.asarray(logp), None
     rows = full[0][targets != -100]
-    return np.asarray(logp), ({"prob": rows.exp(), "log_prob": rows} if all_probs else None)
+    return np.asarray(logp), {"prob": rows.exp(), "log_prob": rows}
 
 
 def _vectorised_logprobs(net, item, pad_id, all_probs=False):
