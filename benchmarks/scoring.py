@@ -192,9 +192,9 @@ def child_peak_rss(
 
 
 # glibc keeps freed memory of mid-sized blocks for reuse, by thresholds it adapts as the process runs:
-# how much it keeps varies from run to run (measured: scoring's peak at 64k from 0.94 to 1.57 GB). A fixed
+# how much it keeps varies from run to run (measured: scoring's peak at 64k from 0.90 to 1.57 GB). A fixed
 # threshold returns freed blocks to the system at once, so the peak is what the work itself holds
-# (about 40 % slower, which is why scoring does not run that way).
+# (scoring then takes 1.4-1.7x as long, which is why it does not run that way).
 FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
 
 
