@@ -111,8 +111,10 @@ def _attack_actor() -> Any:
     """One attack actor per trial process, kept while Tune reuses the process: attacks are milliseconds
     to a second each, so fresh task workers (started and reaped per cell) would cost more than the
     attacks. It asks for no CPU, so it never waits behind trials holding every CPU; its threads run a
-    cell's attacks side by side."""
+    cell's attacks side by side. It is pinned to this trial's node: the jobs read the cell's files
+    there (Ray places an actor that asks for no resources on any node)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     @ray.remote(num_cpus=0, max_concurrency=8)
     class AttackActor:
@@ -122,7 +124,8 @@ def _attack_actor() -> Any:
         def run(self, job: Any, args: tuple[Any, ...]) -> Any:
             return job(*args)
 
-    return AttackActor.remote()
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return AttackActor.options(scheduling_strategy=here).remote()
 
 
 def _build_base(name: str) -> str:

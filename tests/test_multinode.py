@@ -68,3 +68,23 @@ def test_sweep_spreads_over_nodes_and_survives_losing_one(cluster, tmp_path, cap
     assert len(nodes) >= 2  # cells ran on more than one node, into one results folder
     assert "failed (attempt 1), retrying" in printed  # the cell on the removed node ran again elsewhere
     assert "6 cells ran, 0 failed" in printed and (out / "leaderboard.parquet").exists()
+
+
+def test_attack_actor_runs_on_its_trials_node(cluster):
+    """A trial's attack jobs read the cell's files on the trial's node, so its attack actor runs there
+    too, on every node of the cluster."""
+    import ray
+
+    from privauditor.orchestrator.runner import ray_tasks
+
+    def node() -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    @ray.remote(num_cpus=1)
+    def trial_like():  # one per node: each node has 1 CPU
+        time.sleep(1)  # the three hold every CPU at once, as a sweep's trials do
+        return node(), ray_tasks(node, [()] * 3)
+
+    placed = ray.get([trial_like.remote() for _ in range(3)])
+    assert len({here for here, _ in placed}) == 3
+    assert all(set(there) == {here} for here, there in placed), placed
