@@ -26,6 +26,7 @@ import torch
 
 from privauditor.orchestrator.tables import render
 from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
+from privauditor.tasks.config import SplitConfig
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import MODELS, load_model
 from privauditor.tasks.splits import draw_split
@@ -43,7 +44,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    split = draw_split(load_dataset(args.dataset), args.members, args.members, args.members, seed=0)
+    sizes = SplitConfig(args.members, args.members, args.members)
+    split = draw_split(load_dataset(args.dataset), sizes, seed=0)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     header = [
         "model",

@@ -91,7 +91,8 @@ def signals_of(model, tokenizer, examples, max_length, batch_size):
 
 def privauditor_scores(model, tokenizer, examples, max_length, batch_size, reference_signals):
     signals = signals_of(model, tokenizer, examples, max_length, batch_size)
-    return {name: np.asarray(build_attack(name).score(signals, reference_signals)) for name in ATTACKS}
+    views = {"signals": signals, "reference": reference_signals}
+    return {name: np.asarray(build_attack(name).score(views)) for name in ATTACKS}
 
 
 def _mimir_logprobs(net, item, pad_id, all_probs=False):
@@ -139,7 +140,7 @@ def naive_scores(model, reference, tokenizer, examples, max_length, logprobs=_mi
                     mu = (full["prob"] * full["log_prob"]).sum(-1).double()
                     second = (full["prob"] * full["log_prob"].square()).sum(-1).double()
                     logp = (logp - mu.numpy()) / (second - mu.square()).clamp_min(0).sqrt().numpy()
-                k = max(1, int(np.ceil(len(logp) * 0.2)))
+                k = max(1, int(len(logp) * 0.2))  # MIMIR's count: rounded down, at least one
                 scores[name].append(np.sort(logp)[:k].mean())
     return {name: np.asarray(v) for name, v in scores.items()}
 

@@ -28,8 +28,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from privauditor.tasks.cache import cache_root
-    from privauditor.tasks.models import MODELS
-    from privauditor.tasks.models._pretrain import active_profile
+    from privauditor.tasks.models import MODELS, active_profile
 
     profile = active_profile(args.profile)
     names = args.models or [name for name, spec in MODELS.items() if spec.source == "tiny"]
@@ -57,8 +56,9 @@ def _cell(args: argparse.Namespace) -> int:
     }
     config = cell_config(settings, args.set or [])
     check_cell(config.model, config.adaptation)
+    spec = config.resolve()
     out = Path(args.out)
-    outcome = run_cell(config, out, CellEnvironment(distributed=_local_launcher(config)))
+    outcome = run_cell(spec, out, CellEnvironment(distributed=_local_launcher(spec)))
     state = "already done" if outcome.skipped else "done"
     print(f"cell {outcome.cell_id} {state}: {outcome.path}")
     print(tables.metrics_table(outcome.metrics))
@@ -67,10 +67,9 @@ def _cell(args: argparse.Namespace) -> int:
     return 0
 
 
-def _local_launcher(config) -> object | None:
+def _local_launcher(spec) -> object | None:
     """A Ray Train launcher on a local Ray for a cell that trains under DeepSpeed, else None."""
-    train = config.resolved()["train"]
-    if train["deepspeed"] is None:
+    if spec.train.deepspeed is None:
         return None
     import os
 
@@ -78,12 +77,12 @@ def _local_launcher(config) -> object | None:
     import torch
 
     from .distributed import RayTrainLauncher
-    from .runner import _env
+    from .trials import forwarded_env
 
     gpus = 1.0 if torch.cuda.is_available() else 0.0
     if not ray.is_initialized():  # logical CPUs: one per worker plus this process, even on fewer cores
-        cpus = max(os.cpu_count() or 1, train["workers"] + 1)
-        ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": _env()})
+        cpus = max(os.cpu_count() or 1, spec.train.workers + 1)
+        ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": forwarded_env()})
     return RayTrainLauncher(cpus_per_worker=1.0, gpus_per_worker=gpus)
 
 
@@ -93,27 +92,20 @@ def _validate(args: argparse.Namespace) -> int:
     from .sweep import load_sweep
 
     sweep = load_sweep(args.sweep, args.set or [])
-    rows = []
+    rows, unbuilt = [], 0
     for c in sweep.cells:
-        needs, train = resolve_model(c.model).resources, c.resolved()["train"]
-        ds = train["deepspeed"]
-        zero = "-" if ds is None else f"ZeRO-{ds['stage']}" + (" offload" if ds["offload"] else "")
-        rows.append(
-            [
-                c.cell_id(),
-                c.model,
-                c.adaptation,
-                c.dataset,
-                c.seed,
-                needs.gpus,
-                needs.cpus,
-                train["workers"],
-                zero,
-            ]
-        )
+        spec = c.resolve(build=False)
+        unbuilt += not spec.complete
+        needs, ds = resolve_model(c.model).resources, spec.train.deepspeed
+        zero = "-" if ds is None else f"ZeRO-{ds.stage}" + (" offload" if ds.offload else "")
+        rows.append([spec.cell_id(), c.model, c.adaptation, c.dataset, c.seed, needs.gpus, needs.cpus,
+                     spec.train.workers, zero])  # fmt: skip
     header = ["cell_id", "model", "adaptation", "dataset", "seed", "gpus", "cpus", "workers", "deepspeed"]
     print(tables.render(header, rows))
     print(f"\nsweep '{sweep.name}': {len(sweep.cells)} cells")
+    if unbuilt:
+        print(f"{unbuilt} cell ids end in ???????? until the offline models they use are built "
+              "(privauditor prepare, or the sweep's first run): an id hashes its model's weights")  # fmt: skip
     for dropped in sweep.dropped:
         print(f"dropped {dropped.model} x {dropped.adaptation}: {dropped.reason}")
     return 0
@@ -127,17 +119,23 @@ def _run(args: argparse.Namespace) -> int:
 
     sweep = load_sweep(args.sweep, args.set or [])
     out = args.out or Path("results") / sweep.name  # a folder, or an object-store URI (s3://, gs://)
-    return run_sweep(sweep, out, address=args.address, max_concurrent=args.max_concurrent)
+    return run_sweep(
+        sweep, out, address=args.address, max_concurrent=args.max_concurrent, verbose=args.verbose
+    )
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .leaderboard import SUMMARY_HEADER, summary
     from .runner import leaderboard
     from .storage import Results
+    from .summary import SUMMARY_HEADER, summary
 
     results = Results.at(args.dir)
     if not results.remote and not (results.local / "cells").is_dir():
         raise PrivauditorError(f"{args.dir} is not a results folder (no cells/ inside)")
+    if results.fetch("privauditor.json"):  # a folder of another results format is refused, not read
+        from privauditor.tasks.cell import check_results_dir
+
+        check_results_dir(results.local)
     found = leaderboard(results)
     print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
     print(f"leaderboard: {results.local / 'leaderboard.html'} ({len(found)} rows)")
@@ -181,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="privauditor", description="Privacy audits of adapted language models."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="log progress details; for run, also Ray's trial tables and workers' output",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ls = commands.add_parser("ls", help="list registered models, datasets, adaptations or attacks")
@@ -231,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="Ray cluster address, e.g. auto (default: a local Ray)")
     run.add_argument("--max-concurrent", type=int, help="at most N cells at once")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell")
+    run.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="also Ray's trial tables and workers' output (library warnings, progress bars)",
+    )  # fmt: skip
     run.set_defaults(handler=_run)
 
     audit = commands.add_parser(

@@ -71,7 +71,7 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
 
 
 def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
-    from .leaderboard import SUMMARY_HEADER, summary
+    from .summary import SUMMARY_HEADER, summary
 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>privauditor leaderboard</title>"]
     parts.append(f"<style>{STYLE}</style></head><body><h1>privauditor leaderboard</h1>")

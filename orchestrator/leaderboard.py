@@ -15,6 +15,9 @@ from typing import Any
 
 from privauditor.tasks.faults import point
 from privauditor.tasks.signals import atomic_write
+from privauditor.tasks.spec import CellSpec
+
+from .summary import summary
 
 COLUMNS = [
     "cell_id",
@@ -44,7 +47,7 @@ def rows(out: Path) -> list[dict[str, Any]]:
             continue
         record = json.loads((cell_dir / "cell.json").read_text())
         metrics = json.loads((cell_dir / "metrics.json").read_text())
-        config = record["config"]
+        spec = CellSpec.from_dict(record["config"])
         for attack in sorted(metrics):
             m = metrics[attack]
             if "auc" not in m:
@@ -52,10 +55,10 @@ def rows(out: Path) -> list[dict[str, Any]]:
             found.append(
                 {
                     "cell_id": record["cell_id"],
-                    "model": config["model"],
-                    "adaptation": config["adaptation"],
-                    "dataset": config["dataset"],
-                    "seed": config["seed"],
+                    "model": spec.model,
+                    "adaptation": spec.adaptation,
+                    "dataset": spec.dataset,
+                    "seed": spec.seed,
                     "attack": attack,
                     "auc": m["auc"],
                     "auc_ci_low": m["auc_ci"][0],
@@ -78,29 +81,6 @@ def _atomic(path: Path, write) -> None:
         point("leaderboard")  # crash tests stop here (only when $PRIVAUDITOR_FAULT asks)
 
     atomic_write(path, written)
-
-
-SUMMARY_HEADER = ["AUC mean ± std", "std over", "rows"]
-
-
-def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
-    """Mean ± std AUC per value of ``by`` (e.g. adaptation), best first. With several seeds the std is
-    across seeds (of each seed's mean over the group's rows), else across the group's rows."""
-    import numpy as np
-
-    groups: dict[str, dict[int, list[float]]] = {}
-    for row in found:
-        groups.setdefault(str(row[by]), {}).setdefault(row["seed"], []).append(row["auc"])
-    table = []
-    for key, seeds in groups.items():
-        every = [auc for aucs in seeds.values() for auc in aucs]
-        if len(seeds) > 1:
-            means = [float(np.mean(aucs)) for aucs in seeds.values()]
-            mean, std, over = np.mean(means), np.std(means, ddof=1), f"{len(seeds)} seeds"
-        else:
-            mean, std, over = np.mean(every), np.std(every), "rows"
-        table.append([key, f"{mean:.3f} ± {std:.3f}", over, len(every)])
-    return sorted(table, key=lambda r: -float(r[1].split()[0]))
 
 
 def build(out: Path) -> list[dict[str, Any]]:

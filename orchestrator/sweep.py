@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import privauditor.sweeps as sweeps_package
-from privauditor.tasks.config import CellConfig, build_dataclass, cell_config
+from privauditor.tasks.config import CellConfig, cell_config
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.registry import unknown_name_message
+from privauditor.tasks.settings import build, load_yaml
 
 from .matrix import Dropped, expand
 
@@ -49,7 +50,7 @@ class RunSettings:
                 f"run.cell_timeout_s must be a number of seconds > 0 or null, not {self.cell_timeout_s!r}"
             )
         gpus = self.gpus_per_trial
-        if not (gpus in (None, "auto") or (type(gpus) in (int, float) and gpus >= 0)):
+        if not (gpus in (None, "auto") or (isinstance(gpus, float) and gpus >= 0)):
             raise PrivauditorError(f"run.gpus_per_trial must be auto, null or a number >= 0, not {gpus!r}")
 
 
@@ -76,12 +77,12 @@ class Sweep:
     wandb: WandbSettings
     source: dict[str, Any] = field(repr=False)
 
-    def resolved(self) -> dict[str, Any]:
-        """The sweep with every default filled in (written to ``OUT/sweep.yaml``)."""
+    def resolved(self, cell_ids: list[str]) -> dict[str, Any]:
+        """The sweep with every default filled in and its cells' ids (written to ``OUT/sweep.yaml``)."""
         data = copy.deepcopy(self.source)
         data["run"] = dataclasses.asdict(self.run)
         data["tracking"] = {"wandb": dataclasses.asdict(self.wandb)}
-        data["cells"] = [c.cell_id() for c in self.cells]
+        data["cells"] = list(cell_ids)
         return data
 
 
@@ -158,11 +159,11 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
                 if any(k in MATRIX_KEYS for k in extra):
                     raise PrivauditorError(f"{name}: an override cannot change {sorted(extra)}")
         configs.append(cell_config(settings, list(assignments)))
-    run = build_dataclass(RunSettings, data.get("run") or {}, "run")
+    run = build(RunSettings, data.get("run") or {}, "run")
     tracking = data.get("tracking") or {}
     if not isinstance(tracking, dict) or set(tracking) - {"wandb"}:
         raise PrivauditorError(f"{name}: tracking has one key, wandb")
-    wandb = build_dataclass(WandbSettings, tracking.get("wandb") or {}, "tracking.wandb")
+    wandb = build(WandbSettings, tracking.get("wandb") or {}, "tracking.wandb")
     sweep_name = data.get("name") or name
     return Sweep(str(sweep_name), tuple(seeds), tuple(configs), tuple(dropped), run, wandb, data)
 
@@ -187,7 +188,7 @@ def load_sweep(path_or_name: str, assignments: list[str] = ()) -> Sweep:
 
     path = find_sweep(path_or_name)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

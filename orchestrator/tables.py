@@ -61,16 +61,17 @@ def listing(what: str) -> str:
 
 
 def attacks_listing() -> str:
-    """Each attack with its hyper-parameters' defaults, the extra views it needs and its paper."""
-    import dataclasses
-
+    """Each attack with its hyper-parameters' defaults, the views it reads, its cost in passes per
+    scored text (at its defaults) and its paper."""
     from privauditor.tasks.attacks import ATTACKS
 
     rows = []
     for name, cls in ATTACKS.items():
-        fields = ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls)) or "-"
-        rows.append([name, fields, ", ".join(cls.needs) or "-", cls.paper])
-    return render(["attack", "hyper-parameters", "extra views", "paper"], rows)
+        attack = cls()
+        fields = ", ".join(f"{k}={v}" for k, v in attack.hyperparameters().items()) or "-"
+        views = ", ".join(f"{role}: {view.label}" for role, view in attack.views().items())
+        rows.append([name, fields, views, str(attack.cost()), cls.paper])
+    return render(["attack", "hyper-parameters", "views", "passes per text", "paper"], rows)
 
 
 def metrics_table(metrics: dict) -> str:
@@ -107,12 +108,11 @@ def adaptations_listing() -> str:
 
 def bases(names: list[str], profile) -> str:
     """Build or load each tiny base (and the masked LM); one row of quality figures per model."""
-    from privauditor.tasks.models import resolve_model
-    from privauditor.tasks.models._tiny import masked_lm_dir, pretrain_report, tiny_base_dir
+    from privauditor.tasks.models import checkpoint_path, masked_lm_path, pretrain_report
 
     rows = []
-    targets = [(n, lambda n=n: tiny_base_dir(resolve_model(n).family, profile)) for n in names]
-    targets.append(("tiny-mlm (neighbours)", lambda: masked_lm_dir(profile)))
+    targets = [(n, lambda n=n: checkpoint_path(n, profile=profile)) for n in names]
+    targets.append(("tiny-mlm (neighbours)", lambda: masked_lm_path(profile=profile)))
     for name, build in targets:
         started = time.perf_counter()
         report = pretrain_report(build())

@@ -52,6 +52,7 @@ def log_cell(
         mode=mode,
         dir=str(out),
         reinit="finish_previous",
+        settings=wandb.Settings(silent=True),  # the sweep's console is privauditor's progress
     )
     run.summary.update(summary)
     run.finish()
@@ -72,6 +73,7 @@ def log_leaderboard(settings: Any, sweep_name: str, out: Path, rows: list[dict[s
         mode=mode,
         dir=str(out),
         reinit="finish_previous",
+        settings=wandb.Settings(silent=True),  # the sweep's console is privauditor's progress
     )
     run.log({"leaderboard": wandb.Table(columns=columns, data=[[r[c] for c in columns] for r in rows])})
     run.finish()

@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .cache import stable_hash
 from .cell import CellOutcome, check_context, check_results_dir, directory_hash, versions
-from .config import CellConfig, slug
+from .config import CellConfig
 from .datasets import Example, content_hash, load_dataset
 from .errors import PrivauditorError, one_line
 from .signals import write_json
+from .spec import slug
 
 
 def _records(path: str, tag: str) -> list[Example]:
@@ -89,13 +88,14 @@ def run_audit(
 ) -> CellOutcome:
     """Score, attack and measure ``model`` (+ ``adapter``) on the given members and non-members."""
     from .evaluate import Reference, Scorer, evaluate, identity_of
-    from .models import load_model
+    from .models import load_model, weights_identity
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
-    examples = _records(members, "m") + _records(nonmembers, "n")
-    member = np.array([e.sample_id.startswith("m:") for e in examples])
+    spec = config.resolve()
+    parts = {"members": _records(members, "m"), "nonmembers": _records(nonmembers, "n")}
     adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
-    key = [model, adapter_hash, reference, content_hash(examples), config.resolved()]
+    texts = content_hash([*parts["members"], *parts["nonmembers"]])
+    key = [model, adapter_hash, reference, texts, spec.to_dict()]
     audit_id = "__".join(
         ["audit", slug(model), slug(Path(adapter).name if adapter else "checkpoint"), stable_hash(key, 8)]
     )
@@ -105,36 +105,34 @@ def run_audit(
         return CellOutcome(audit_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
     check_results_dir(out)
     loaded, technique, trainable = load_adapted(model, adapter)
-    check_context(config.train.max_length, virtual_tokens(loaded.model), loaded, model)
+    max_length = spec.train.max_length
+    check_context(max_length, virtual_tokens(loaded.model), loaded, model)
     shutil.rmtree(cell_dir, ignore_errors=True)
     cell_dir.mkdir(parents=True)
     name = loaded.spec.name
+    weights = spec.base
     target = Scorer(
-        loaded.model,
-        loaded.tokenizer,
-        loaded.seq2seq,
-        identity_of(loaded.model, loaded.tokenizer, name, loaded.spec.revision, adapter_hash),
-    )
+        loaded.model, loaded.tokenizer, loaded.seq2seq,
+        identity_of(loaded.model, loaded.tokenizer, name, weights, adapter_hash),
+    )  # fmt: skip
     base_name = reference or (model if adapter else None)
     ref = None
     if base_name is not None:
         base = load_model(base_name)
-        identity = identity_of(base.model, base.tokenizer, base.spec.name, base.spec.revision, "none")
+        base_weights = weights if base_name == model else weights_identity(base_name)
+        identity = identity_of(base.model, base.tokenizer, base.spec.name, base_weights, "none")
         ref = Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
-    resolved = config.resolved()
-    max_length = config.train.max_length
     started = time.perf_counter()
-    metrics = evaluate(
-        target, examples, member, {a: resolved["attack_params"][a] for a in config.attacks}, cell_dir,
-        out / "shared", ref, max_length, config.score.batch_size, config.score.bootstrap, config.seed,
+    found = evaluate(
+        target, parts, spec.attacks, cell_dir, out / "shared", ref, max_length, spec.score.batch_size,
+        spec.score.bootstrap, spec.seed,
     )  # fmt: skip
     from .training import validation_loss
 
-    held_out = [e for e, m in zip(examples, member, strict=True) if not m]
-    utility = validation_loss(loaded.model, loaded.tokenizer, held_out, max_length, loaded.seq2seq)
+    utility = validation_loss(loaded.model, loaded.tokenizer, parts["nonmembers"], max_length, loaded.seq2seq)
     record = {
         "cell_id": audit_id,
-        "config": resolved | {"model": model, "adaptation": technique, "dataset": Path(members).name},
+        "config": spec.to_dict() | {"model": model, "adaptation": technique, "dataset": Path(members).name},
         "audit": {
             "model": model,
             "adapter": adapter,
@@ -142,15 +140,16 @@ def run_audit(
             "members": members,
             "nonmembers": nonmembers,
         },
-        "provenance": {"adaptation_hash": adapter_hash, "texts": content_hash(examples)},
+        "provenance": {"adaptation_hash": adapter_hash, "texts": texts},
+        "views": found.views,
         "trainable_params": trainable,
         "train": {"seconds": 0.0},
         "utility_loss": utility,  # mean NLL on the non-members (held-out text)
-        "n_members": int(member.sum()),
-        "n_nonmembers": int((~member).sum()),
+        "n_members": len(parts["members"]),
+        "n_nonmembers": len(parts["nonmembers"]),
         "timings": {"total": round(time.perf_counter() - started, 3)},
         "versions": versions(),
     }
     write_json(cell_dir / "cell.json", record)
     write_json(cell_dir / "DONE", {"cell_id": audit_id})
-    return CellOutcome(audit_id, cell_dir, metrics, False)
+    return CellOutcome(audit_id, cell_dir, found.metrics, False)

@@ -48,8 +48,9 @@ def file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def cached_dir(kind: str, name: str, key_material: Any, build: Callable[[Path], None]) -> Path:
-    """The cache directory for an artefact, calling ``build(tmp_dir)`` first if it does not exist.
+def cached_dir(kind: str, name: str, key_material: Any, build: Callable[[Path], None] | None) -> Path | None:
+    """The cache directory for an artefact, calling ``build(tmp_dir)`` first if it does not exist
+    (with ``build`` None, a missing artefact gives None: a look, not a build).
 
     ``build`` fills a fresh temporary directory; it is renamed into place only after it returns, and a
     ``key.json`` beside the files records what the key was computed from.
@@ -57,6 +58,8 @@ def cached_dir(kind: str, name: str, key_material: Any, build: Callable[[Path], 
     final = cache_root() / kind / f"{name}-{stable_hash(key_material)}"
     if (final / "key.json").exists():
         return final
+    if build is None:
+        return None
     with file_lock(final.with_name(final.name + ".lock")):
         if (final / "key.json").exists():  # built by another process while we waited
             return final

@@ -1,9 +1,10 @@
 """One audit cell end to end, in one process: split → adapt → score → attack → metrics.
 
 :func:`run_cell` writes the design's results-folder contract under ``OUT/cells/<cell_id>/``
-(``cell.json``, ``adapter/``, ``signals.parquet``, ``scores.parquet``, ``metrics.json``, ``DONE`` last)
-and keeps the work cells share under ``OUT/shared/`` (split ids, the un-adapted base's signals, neighbour
-texts), where every later cell of the same (base, dataset, seed) finds them. A cell with ``DONE`` is
+(``cell.json``, ``adapter/``, ``signals.parquet``, ``views/``, ``scores.parquet``, ``metrics.json``,
+``DONE`` last) and keeps the work cells share under ``OUT/shared/`` (split ids, views of the un-adapted
+base such as its signals, neighbour texts), where every later cell of the same (base, dataset, seed)
+finds them. A cell with ``DONE`` is
 not redone; one without is cleared and redone. Every file is written to a temporary name and renamed.
 """
 
@@ -20,18 +21,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .attack_job import in_process
-from .config import CellConfig, slug
+from .config import CellConfig
 from .counting import install_from_env
-from .datasets import Example
 from .deadline import limit, remaining
 from .errors import PrivauditorError
 from .faults import in_cell
 from .signals import write_json
+from .spec import CellSpec, slug
 
-RESULTS_FORMAT = 1
+# 2: the typed spec (data, weights and version identities in the cell id), split parts, views
+RESULTS_FORMAT = 2
 PACKAGES = ("privauditor", "torch", "transformers", "peft", "datasets", "numpy", "pyarrow", "scikit-learn")
 
 
@@ -111,16 +111,17 @@ class CellEnvironment:
     runtime: dict[str, Any] = field(default_factory=dict)
 
 
-def run_cell(config: CellConfig, out: Path, env: CellEnvironment = CellEnvironment()) -> CellOutcome:
-    """Run (or find DONE) the cell ``config`` under the results folder ``out``, without ``DONE`` if it
-    fails or runs past ``env.timeout_s``."""
+def run_cell(cell: CellConfig | CellSpec, out: Path, env: CellEnvironment = CellEnvironment()) -> CellOutcome:
+    """Run (or find DONE) the cell under the results folder ``out``, without ``DONE`` if it fails or runs
+    past ``env.timeout_s``. ``cell`` is a resolved spec, or settings resolved here."""
     install_from_env()  # counts forward passes when $PRIVAUDITOR_COUNT_FORWARD is set (benchmarks)
     out = Path(out)
-    cell_id = config.cell_id()
+    spec = cell if isinstance(cell, CellSpec) else cell.resolve()
+    cell_id = spec.cell_id()
     cell_dir = out / "cells" / cell_id
     if (cell_dir / "DONE").exists():
         return CellOutcome(cell_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
-    if env.distributed is None and config.resolved()["train"]["deepspeed"] is not None:
+    if env.distributed is None and spec.train.deepspeed is not None:
         raise PrivauditorError(
             f"{cell_id}: train.deepspeed / train.workers > 1 train under Ray Train: "
             "run the cell with `privauditor cell` or `privauditor run`"
@@ -130,7 +131,7 @@ def run_cell(config: CellConfig, out: Path, env: CellEnvironment = CellEnvironme
     cell_dir.mkdir(parents=True)
     in_cell(cell_id)
     with limit(env.timeout_s):
-        record = execute(config, cell_id, cell_dir, out / "shared", _Clock(), env)
+        record = execute(spec, cell_id, cell_dir, out / "shared", _Clock(), env)
     write_json(cell_dir / "cell.json", record | {"versions": versions(), "runtime": env.runtime})
     write_json(
         cell_dir / "DONE",
@@ -140,9 +141,9 @@ def run_cell(config: CellConfig, out: Path, env: CellEnvironment = CellEnvironme
 
 
 def execute(
-    config: CellConfig, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock, env: CellEnvironment
+    spec: CellSpec, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock, env: CellEnvironment
 ) -> dict[str, Any]:
-    """The cell's work; returns the ``cell.json`` record (config, provenance, timings, training)."""
+    """The cell's work; returns the ``cell.json`` record (spec, provenance, timings, training)."""
     from .adaptations import build_adaptation
     from .datasets import load_dataset
     from .evaluate import Scorer, evaluate, identity_of
@@ -150,73 +151,51 @@ def execute(
     from .splits import draw_split
     from .training import apply_seeded, train, train_config_of, validation_loss
 
-    resolved = config.resolved()
-    technique = build_adaptation(config.adaptation, resolved["adaptation_params"])
-    size = config.split
-    split = clock(  # before the model: bad data fails before any weights load
-        "split",
-        lambda: draw_split(
-            load_dataset(config.dataset), size.members, size.nonmembers, size.validation, config.seed
-        ),
-    )
-    loaded = clock("load_model", lambda: load_model(config.model))
+    technique = build_adaptation(spec.adaptation, spec.adaptation_params)
+    # the split before the model: bad data fails before any weights load
+    split = clock("split", lambda: draw_split(load_dataset(spec.dataset), spec.split, spec.seed))
+    loaded = clock("load_model", lambda: load_model(spec.model))
     technique.check_family(loaded.family.name)
     virtual = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
-    check_context(config.train.max_length, virtual, loaded, config.model)
-    split_file = shared_split(shared, config, split)
-    model_id = Path(loaded.path).name if loaded.spec.source == "tiny" else loaded.spec.name
-    base_identity = identity_of(loaded.model, loaded.tokenizer, model_id, loaded.spec.revision, "none")
-    model = apply_seeded(technique, loaded.model, loaded.family, seed=config.seed)
-    train_config = train_config_of(config)
-    if resolved["train"]["deepspeed"] is None:
+    max_length = spec.train.max_length
+    check_context(max_length, virtual, loaded, spec.model)
+    split_file = shared_split(shared, spec, split)
+    base_identity = identity_of(loaded.model, loaded.tokenizer, spec.model, spec.base, "none")
+    model = apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed)
+    if spec.train.deepspeed is None:
+        train_config = train_config_of(spec)
         result = clock(
-            "train", lambda: train(model, loaded.tokenizer, split.members, train_config, loaded.seq2seq)
+            "train", lambda: train(model, loaded.tokenizer, split.trained, train_config, loaded.seq2seq)
         )
     else:
-        result = clock("train", lambda: train_elsewhere(config, model, cell_dir / ".train", env.distributed))
+        result = clock("train", lambda: train_elsewhere(spec, model, cell_dir / ".train", env.distributed))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     adaptation_hash = "none"
-    if config.adaptation != "none":
+    if spec.adaptation != "none":
         clock("save", lambda: technique.save(model, cell_dir / "adapter"))
         adaptation_hash = directory_hash(cell_dir / "adapter")
-    max_length = config.train.max_length
     utility = clock(
         "utility",
         lambda: validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq),
     )
-    target = Scorer(
-        model,
-        loaded.tokenizer,
-        loaded.seq2seq,
-        identity_of(model, loaded.tokenizer, model_id, loaded.spec.revision, adaptation_hash),
-    )
-    reference = reference_for(config, loaded, base_identity)
-    examples, member = scored_examples(split)
-    evaluate(
-        target,
-        examples,
-        member,
-        {name: resolved["attack_params"][name] for name in config.attacks},
-        cell_dir,
-        shared,
-        reference,
-        max_length,
-        config.score.batch_size,
-        config.score.bootstrap,
-        config.seed,
-        clock,
-        env.map_jobs,
-    )
+    identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
+    target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity)
+    parts = {part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")}
+    found = evaluate(
+        target, parts, spec.attacks, cell_dir, shared, reference_for(spec, loaded, base_identity), max_length,
+        spec.score.batch_size, spec.score.bootstrap, spec.seed, clock, env.map_jobs,
+    )  # fmt: skip
     return {
         "cell_id": cell_id,
-        "config": resolved,
-        "model": {"name": config.model, "family": loaded.family.name, "path_name": model_id},
+        "config": spec.to_dict(),
+        "model": {"name": spec.model, "family": loaded.family.name, "path_name": Path(loaded.path).name},
         "provenance": {
             "results_format": RESULTS_FORMAT,
             "split": split.hashes(),
             "split_file": str(split_file.relative_to(shared.parent)),
             "adaptation_hash": adaptation_hash,
         },
+        "views": found.views,
         "trainable_params": trainable,
         "train": {
             "epochs": result.epochs,
@@ -248,63 +227,44 @@ def check_context(max_length: int, virtual: int, loaded: Any, name: str) -> None
         )
 
 
-def train_elsewhere(config: CellConfig, model: Any, workdir: Path, distributed: Any) -> Any:
+def train_elsewhere(spec: CellSpec, model: Any, workdir: Path, distributed: Any) -> Any:
     """Train on ``train.workers`` ranks under DeepSpeed and load the result into ``model``."""
     from .distributed import load_trained
 
-    spec = {"cell": config.to_dict(), "workdir": str(workdir), "timeout_s": remaining()}
-    distributed(spec, config.resolved()["train"]["workers"])
+    distributed({"cell": spec, "workdir": str(workdir), "timeout_s": remaining()}, spec.train.workers)
     result = load_trained(model, workdir)
     shutil.rmtree(workdir)
     return result
 
 
-def reference_for(config: CellConfig, loaded: Any, base_identity: Any) -> Any:
-    """The reference model: the un-adapted base unless the config names one. The base is reloaded (the
-    adaptation changed the loaded copy) only if its signals are not in the shared store yet."""
+def reference_for(spec: CellSpec, loaded: Any, base_identity: Any) -> Any:
+    """The reference model: the un-adapted base unless the spec names one. The base is reloaded (the
+    adaptation changed the loaded copy) only if a view that reads it is not stored yet."""
     from .evaluate import Reference, Scorer, identity_of
     from .models import load_model
 
-    if config.reference is None:
-        if config.adaptation == "none":  # the target is the base itself
+    if spec.reference is None:
+        if spec.adaptation == "none":  # the target is the base itself
             return Reference(
                 base_identity, lambda: Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, base_identity)
             )
 
         def reload() -> Any:
-            fresh = load_model(config.model)
+            fresh = load_model(spec.model)
             return Scorer(fresh.model, fresh.tokenizer, fresh.seq2seq, base_identity)
 
         return Reference(base_identity, reload)
-    other = load_model(config.reference)
-    spec = other.spec
-    name = Path(other.path).name if spec.source == "tiny" else spec.name
-    scorer = Scorer(
-        other.model,
-        other.tokenizer,
-        other.seq2seq,
-        identity_of(other.model, other.tokenizer, name, spec.revision, "none"),
-    )
-    return Reference(scorer.identity, lambda: scorer)
+    other = load_model(spec.reference)
+    identity = identity_of(other.model, other.tokenizer, spec.reference, spec.reference_weights, "none")
+    scorer = Scorer(other.model, other.tokenizer, other.seq2seq, identity)
+    return Reference(identity, lambda: scorer)
 
 
-def split_record(split: Any) -> dict[str, Any]:
-    return {
-        part: [e.sample_id for e in getattr(split, part)] for part in ("members", "nonmembers", "validation")
-    }
-
-
-def shared_split(shared: Path, config: CellConfig, split: Any) -> Path:
+def shared_split(shared: Path, spec: CellSpec, split: Any) -> Path:
     """Write the split's ids once under ``shared/splits/`` (what every cell of the split trained on)."""
     hashes = split.hashes()
-    path = shared / "splits" / f"{slug(config.dataset)}__s{config.seed}__{hashes['split'][:8]}.json"
+    path = shared / "splits" / f"{slug(spec.dataset)}__s{spec.seed}__{hashes['split'][:8]}.json"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, {"hashes": hashes, **split_record(split)})
+        write_json(path, {"hashes": hashes, **split.ids()})
     return path
-
-
-def scored_examples(split: Any) -> tuple[list[Example], np.ndarray]:
-    examples = list(split.members) + list(split.nonmembers)
-    member = np.r_[np.ones(len(split.members), bool), np.zeros(len(split.nonmembers), bool)]
-    return examples, member

@@ -1,52 +1,49 @@
-"""The settings of one cell, strict: every key known, every value the right type.
+"""The settings of one cell as a user writes them, strict: every key known, every value the right type.
 
 A cell's settings are the sweep-file blocks that shape one cell (``split``, ``train``, ``attacks``, ...)
 plus its (model, adaptation, dataset, seed). :func:`cell_config` builds a frozen :class:`CellConfig`
-from nested mappings, applying ``key.path=value`` overrides (``--set``) last; an unknown key is a
-one-line error with "did you mean". :meth:`CellConfig.resolved` fills in every default (the technique's
-own learning rate and epochs, every hyper-parameter of the technique and the attacks), and the cell id
-hashes that, so changing any setting makes a new cell and never reuses an old one.
+from nested mappings, applying ``key.path=value`` overrides (``--set``) last; an unknown key or a value
+of the wrong type is a one-line error (:mod:`privauditor.tasks.settings` checks every block).
+:meth:`CellConfig.resolve` turns the settings into the typed :class:`~privauditor.tasks.spec.CellSpec`
+the cell id hashes and ``cell.json`` records.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
+import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .cache import stable_hash
 from .errors import PrivauditorError
-from .registry import unknown_name_message
+from .settings import build, load_yaml
+
+if TYPE_CHECKING:
+    from .attacks import Attack
+    from .spec import CellSpec
 
 DEFAULT_ATTACKS = ("loss", "reference", "zlib", "neighbourhood", "min_k", "min_k_pp", "gradnorm")
 
 
-#: where each settings class sits in a sweep file / ``--set`` key, for error messages
-SECTIONS = {
-    "SplitConfig": "split",
-    "TrainSettings": "train",
-    "ScoreSettings": "score",
-    "DeepSpeedSettings": "train.deepspeed",
-}
-
-
-def _at_least(owner: Any, minimum: dict[str, float]) -> None:
+def _at_least(section: str, owner: Any, minimum: dict[str, float]) -> None:
     for name, low in minimum.items():
         value = getattr(owner, name)
         if value is not None and value < low:
-            section = SECTIONS.get(type(owner).__name__, type(owner).__name__)
             raise PrivauditorError(f"{section}.{name} must be at least {low}, not {value!r}")
 
 
 @dataclass(frozen=True)
 class SplitConfig:
-    members: int = 100
-    nonmembers: int = 100
-    validation: int = 100
+    """Sizes of the split's parts (see :mod:`privauditor.tasks.splits`)."""
+
+    members: int = 100  # trained on and scored
+    nonmembers: int = 100  # scored, never trained on
+    validation: int = 100  # the utility figure only
+    population: int = 0  # neither trained on nor scored: samples for attacks that compare with a population
+    known_members: int = 0  # trained on, never scored: member prefixes for attacks that use them
 
     def __post_init__(self) -> None:
-        _at_least(self, {"members": 1, "nonmembers": 1, "validation": 1})
+        _at_least("split", self, {"members": 1, "nonmembers": 1, "validation": 1, "population": 0,
+                                  "known_members": 0})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ class TrainSettings:
     deepspeed: DeepSpeedSettings | None = None  # None: the model spec's ZeRO stage, if it has one
 
     def __post_init__(self) -> None:
-        _at_least(self, {"epochs": 0, "lr": 0, "batch_size": 1, "max_length": 2, "workers": 1})
+        _at_least("train", self, {"epochs": 0, "lr": 0, "batch_size": 1, "max_length": 2, "workers": 1})
         if self.batch_size < self.workers:
             raise PrivauditorError(
                 f"train.batch_size ({self.batch_size}) must be at least train.workers ({self.workers})"
@@ -85,11 +82,13 @@ class ScoreSettings:
     bootstrap: int = 1000  # AUC bootstrap resamples
 
     def __post_init__(self) -> None:
-        _at_least(self, {"batch_size": 1, "bootstrap": 10})
+        _at_least("score", self, {"batch_size": 1, "bootstrap": 10})
 
 
 @dataclass(frozen=True)
 class CellConfig:
+    """One cell's settings as written (defaults not yet filled in)."""
+
     model: str
     adaptation: str
     dataset: str
@@ -99,130 +98,46 @@ class CellConfig:
     train: TrainSettings = field(default_factory=TrainSettings)
     score: ScoreSettings = field(default_factory=ScoreSettings)
     #: hyper-parameters by technique name, e.g. {lora: {r: 16}}; only the cell's own technique's apply
-    adaptation_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    adaptation_params: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     #: hyper-parameters by attack name, e.g. {neighbourhood: {k: 10}}
-    attack_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: the reference attack's model (None: the un-adapted base)
+    attack_params: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    #: the reference model (None: the un-adapted base)
     reference: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"attacks": list(self.attacks)}
-
-    def resolved(self) -> dict[str, Any]:
-        """Every setting with every default filled in: what the cell id hashes and cell.json records."""
-        from .adaptations import build_adaptation
+    def built_attacks(self) -> dict[str, Attack]:
+        """Every chosen attack, built with its hyper-parameters (unknown names and fields fail here)."""
         from .attacks import build_attack
 
-        technique = build_adaptation(self.adaptation, self.adaptation_params.get(self.adaptation))
-        data = self.to_dict()
-        data["train"]["epochs"] = technique.default_epochs if self.train.epochs is None else self.train.epochs
-        if self.train.lr is None:
-            from .models import resolve_model
+        return {name: build_attack(name, self.attack_params.get(name)) for name in self.attacks}
 
-            data["train"]["lr"] = technique.default_lr_for(resolve_model(self.model).family)
-        else:
-            data["train"]["lr"] = self.train.lr
-        data["train"]["deepspeed"] = self._deepspeed()
-        if self.adaptation == "none":  # nothing is trained
-            data["train"]["workers"] = 1
-        data["adaptation_params"] = technique.hyperparameters()
-        data["attack_params"] = {
-            name: build_attack(name, self.attack_params.get(name)).__dict__ for name in self.attacks
-        }
-        return data
+    def check(self) -> None:
+        """Every name and hyper-parameter resolves, and every split part an attack reads is not empty;
+        no dataset, weights or Ray are touched."""
+        from .adaptations import build_adaptation
 
-    def _deepspeed(self) -> dict[str, Any] | None:
-        """The cell's DeepSpeed settings, else the model spec's ZeRO stage, else ZeRO-2 when several
-        workers train, else None (one process, the plain training loop)."""
-        if self.adaptation == "none":
-            return None
-        if self.train.deepspeed is not None:
-            return dataclasses.asdict(self.train.deepspeed)
-        from .models import resolve_model
+        build_adaptation(self.adaptation, self.adaptation_params.get(self.adaptation))
+        for name, attack in self.built_attacks().items():
+            for role, view in attack.views().items():
+                for part in view.parts():
+                    if part != "scored" and getattr(self.split, part) < 1:
+                        raise PrivauditorError(
+                            f"attack '{name}' needs split.{part} > 0 (its {role} view '{view.name}' reads that "
+                            f"part): set split.{part}"
+                        )
 
-        stage = resolve_model(self.model).resources.zero_stage
-        if stage is None and self.train.workers > 1:
-            stage = 2
-        return None if stage is None else dataclasses.asdict(DeepSpeedSettings(stage))
+    def resolve(self, build: bool = True) -> CellSpec:
+        """The typed, resolved spec (every default filled in, data and weights identified). With
+        ``build=False`` an offline base that is not built yet is left unidentified, not pre-trained."""
+        from .spec import resolve
+
+        return resolve(self, build)
 
     def cell_id(self) -> str:
-        """``<model>__<adaptation>__<dataset>__s<seed>__<8 hex of the resolved spec>``. The scale-out
-        settings are hashed only when they differ from one process without DeepSpeed, so cells from
-        before those settings existed keep their ids."""
-        resolved = self.resolved()
-        train = resolved["train"]
-        if train["workers"] == 1 and train["deepspeed"] is None:
-            del train["workers"], train["deepspeed"]
-        parts = [slug(self.model), self.adaptation, slug(self.dataset), f"s{self.seed}"]
-        return "__".join([*parts, stable_hash(resolved, 8)])
-
-
-def slug(name: str) -> str:
-    """A file-name-safe form of a model or dataset name ("/" becomes "--")."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "--")).strip("-") or "x"
-
-
-def _check_type(where: str, value: Any, annotation: str) -> Any:
-    """``value`` if it fits the field's annotation (ints accepted for floats), else a one-line error."""
-    optional = "None" in annotation
-    if value is None:
-        if optional:
-            return None
-        raise PrivauditorError(f"{where} must not be null")
-    base = annotation.replace(" | None", "")
-    checks = {
-        "int": lambda v: type(v) is int,
-        "float": lambda v: type(v) in (int, float),
-        "str": lambda v: isinstance(v, str),
-        "bool": lambda v: isinstance(v, bool),
-    }
-    if base in checks and not checks[base](value):
-        raise PrivauditorError(f"{where} must be {base}{' or null' if optional else ''}, not {value!r}")
-    if base == "float":
-        return float(value)
-    if base.startswith("tuple"):
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise PrivauditorError(f"{where} must be a list of names, not {value!r}")
-        return tuple(value)
-    if base.startswith("dict"):
-        if not isinstance(value, dict) or not all(isinstance(v, dict | type(None)) for v in value.values()):
-            raise PrivauditorError(f"{where} must map names to mappings of settings, not {value!r}")
-        return {k: dict(v or {}) for k, v in value.items()}
-    return value
-
-
-def build_dataclass(cls: type, data: Any, where: str) -> Any:
-    """``cls`` from a mapping, recursively; unknown keys and wrong types are one-line errors."""
-    if not isinstance(data, dict):
-        raise PrivauditorError(f"{where} must be a mapping, not {data!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        if key not in fields:
-            raise PrivauditorError(unknown_name_message(f"key in {where}", str(key), list(fields)))
-        annotation = str(fields[key].type)
-        nested = {c.__name__: c for c in (SplitConfig, TrainSettings, ScoreSettings, DeepSpeedSettings)}
-        inner = annotation.removesuffix(" | None")
-        if inner in nested and (value is not None or inner == annotation):
-            kwargs[key] = build_dataclass(nested[inner], value, f"{where}.{key}")
-        elif inner in nested:
-            kwargs[key] = None
-        else:
-            kwargs[key] = _check_type(f"{where}.{key}", value, annotation)
-    missing = [
-        n
-        for n, f in fields.items()
-        if n not in kwargs and f.default is f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise PrivauditorError(f"{where} needs {', '.join(missing)}")
-    return cls(**kwargs)
+        return self.resolve().cell_id()
 
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:
-    """``a.b=value`` → (["a", "b"], value parsed as YAML), e.g. ``attacks=[loss,zlib]``."""
+    """``a.b=value`` → (["a", "b"], value parsed as YAML), e.g. ``attacks=[loss,zlib]``, ``train.lr=3e-4``."""
     import yaml
 
     if "=" not in text:
@@ -232,7 +147,7 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     if not path:
         raise PrivauditorError(f"--set expects key=value, not {text!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as error:
         raise PrivauditorError(f"--set {key}: cannot parse {raw!r} ({error.problem})") from None
     return path, value
@@ -253,11 +168,9 @@ def assign(data: dict[str, Any], path: list[str], value: Any) -> None:
 
 def cell_config(settings: dict[str, Any], assignments: list[str] = ()) -> CellConfig:
     """A validated :class:`CellConfig` from nested settings plus ``key=value`` overrides (last wins)."""
-    import copy
-
     data = copy.deepcopy(settings)
     for text in assignments:
         assign(data, *parse_assignment(text))
-    config = build_dataclass(CellConfig, data, "cell")
-    config.resolved()  # unknown technique / attack names and hyper-parameters fail here
+    config = build(CellConfig, data, "cell")
+    config.check()
     return config

@@ -26,10 +26,9 @@ STATE_FILE = "trained.safetensors"
 RESULT_FILE = "train.json"
 
 
-def deepspeed_config(settings: dict[str, Any], micro_batch: int) -> dict[str, Any]:
+def deepspeed_config(settings: Any, micro_batch: int) -> dict[str, Any]:
     """The DeepSpeed config for ``train.deepspeed`` settings (stage, offload, bf16)."""
-    stage, offload = settings["stage"], settings["offload"]
-    bf16 = settings["bf16"]
+    stage, offload, bf16 = settings.stage, settings.offload, settings.bf16
     if bf16 is None:
         bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     zero: dict[str, Any] = {"stage": stage}
@@ -57,7 +56,7 @@ def deepspeed_config(settings: dict[str, Any], micro_batch: int) -> dict[str, An
 class DeepSpeedStep:
     """One optimisation step through a DeepSpeed engine (same optimizer and schedule as ``LocalStep``)."""
 
-    def __init__(self, settings: dict[str, Any], micro_batch: int) -> None:
+    def __init__(self, settings: Any, micro_batch: int) -> None:
         self.settings, self.config, self.engine = settings, deepspeed_config(settings, micro_batch), None
 
     def __call__(self, model: Any, parameters: list[Any], lr: float, total: int) -> DeepSpeedStep:
@@ -86,9 +85,7 @@ class DeepSpeedStep:
 
         module, wanted = self.engine.module, set(names)
         params = [p for n, p in module.named_parameters() if n in wanted]
-        with deepspeed.zero.GatheredParameters(
-            params, modifier_rank=None, enabled=self.settings["stage"] == 3
-        ):
+        with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=self.settings.stage == 3):
             if torch.distributed.get_rank() != 0:
                 return None
             named = dict(module.named_parameters())
@@ -98,35 +95,30 @@ class DeepSpeedStep:
 def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     """Train one cell's adaptation on this rank; rank 0 writes the weights and returns the record.
 
-    ``spec``: ``cell`` (the cell's settings), ``workdir`` (where rank 0 writes).
+    ``spec``: ``cell`` (the resolved ``CellSpec``), ``workdir`` (where rank 0 writes), ``timeout_s``.
     """
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is first imported
     import deepspeed
 
     from .adaptations import build_adaptation
-    from .config import cell_config
     from .datasets import load_dataset
     from .models import load_model
     from .splits import draw_split
 
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    config = cell_config(spec["cell"])
-    resolved = config.resolved()
-    loaded = load_model(config.model)
-    technique = build_adaptation(config.adaptation, resolved["adaptation_params"])
-    model = apply_seeded(technique, loaded.model, loaded.family, seed=config.seed)
-    size = config.split
-    split = draw_split(
-        load_dataset(config.dataset), size.members, size.nonmembers, size.validation, config.seed
-    )
-    train_config = train_config_of(config)
+    cell = spec["cell"]  # the resolved CellSpec
+    loaded = load_model(cell.model)
+    technique = build_adaptation(cell.adaptation, cell.adaptation_params)
+    model = apply_seeded(technique, loaded.model, loaded.family, seed=cell.seed)
+    split = draw_split(load_dataset(cell.dataset), cell.split, cell.seed)
+    train_config = train_config_of(cell)
     names = [n for n, p in model.named_parameters() if p.requires_grad]
-    step = DeepSpeedStep(resolved["train"]["deepspeed"], -(-config.train.batch_size // world))
+    step = DeepSpeedStep(cell.train.deepspeed, -(-cell.train.batch_size // world))
     with limit(spec.get("timeout_s")):
         result = train(
-            model, loaded.tokenizer, split.members, train_config, loaded.seq2seq,
+            model, loaded.tokenizer, split.trained, train_config, loaded.seq2seq,
             make_step=lambda *a: step(*a).step, rank=rank, world=world,
         )  # fmt: skip
     state = step.gathered_trainable(names)  # every rank's loop checks the same time limit

@@ -22,7 +22,7 @@ from .cache import file_lock, stable_hash
 from .deadline import check
 from .signals import read_table, write_table
 
-NEIGHBOURS_FORMAT = 1
+NEIGHBOURS_FORMAT = 2  # 2: keyed by the masked LM's weights, not its cache folder
 
 
 def load_masked_lm(path: Path | None = None):
@@ -92,16 +92,18 @@ def cached_neighbours(
     seed: int,
     masked_lm_path: Path | None = None,
 ) -> dict[str, list[str]]:
-    """Neighbours by sample id, read from ``root`` or generated once and stored there (Parquet)."""
-    from .models._tiny import masked_lm_dir
+    """Neighbours by sample id, read from ``root`` or generated once and stored there (Parquet), keyed by
+    the texts, ``k``, ``mask_fraction``, the seed, and the masked LM's weights (the offline one unless
+    ``masked_lm_path`` names another)."""
+    from . import models
 
-    path_mlm = Path(masked_lm_path or masked_lm_dir())
+    path_mlm = Path(masked_lm_path or models.masked_lm_path())
     key = {
         "texts": stable_hash([list(sample_ids), list(texts)], 64),
         "k": k,
         "mask_fraction": mask_fraction,
         "seed": seed,
-        "masked_lm": path_mlm.name,
+        "masked_lm": models.checkpoint_identity(path_mlm),
         "format": NEIGHBOURS_FORMAT,
     }
     path = Path(root) / f"{stable_hash(key, 16)}.parquet"

@@ -1,12 +1,21 @@
 """Name → plugin registries, filled by decorators where each plugin is defined.
 
 A registry knows the package that holds its plugins; the first lookup imports every module of that
-package (``pkgutil``), so adding a plugin is adding one file, and nothing central is edited. Unknown
-names get an error that lists the known names and the closest match, as lm-evaluation-harness does.
+package (``pkgutil``), so adding a plugin is adding one file, and nothing central is edited. Plugins may
+also come from other installed packages: the first lookup also loads the entry points of the registry's
+group (``privauditor.attacks``, ``privauditor.views``, ``privauditor.adaptations``,
+``privauditor.datasets``, ``privauditor.models`` for model families), each naming a module whose
+decorators register its plugins, exactly as a file of the plugin package does. Unknown names get an error
+that lists the known names and the closest match, as lm-evaluation-harness does.
 
 Example::
 
-    ATTACKS = Registry("attack", "privauditor.tasks.attacks")
+    ATTACKS = Registry("attack", "privauditor.tasks.attacks", group="privauditor.attacks")
+
+and, in another package's ``pyproject.toml``::
+
+    [project.entry-points."privauditor.attacks"]
+    my_attack = "my_package.my_attack"
 
     @ATTACKS.register("loss")
     class LossAttack: ...
@@ -47,9 +56,10 @@ def unknown_name_message(kind: str, name: str, known: list[str]) -> str:
 class Registry(Generic[T]):
     """A mapping from names used in sweep files to plugin objects, discovered from one package."""
 
-    def __init__(self, kind: str, package: str) -> None:
+    def __init__(self, kind: str, package: str, group: str | None = None) -> None:
         self.kind = kind
         self.package = package
+        self.group = group  # entry-point group of plugins from other installed packages
         self._entries: dict[str, T] = {}
         self._discovered = False
         self._lock = threading.RLock()  # threads may ask at once; plugins register while it is held
@@ -81,7 +91,22 @@ class Registry(Generic[T]):
             for module in pkgutil.iter_modules(package.__path__):
                 if not module.name.startswith("_"):
                     importlib.import_module(f"{self.package}.{module.name}")
+            if self.group:
+                self._load_entry_points()
             self._discovered = True
+
+    def _load_entry_points(self) -> None:
+        """Load the plugins other installed packages declare in this registry's entry-point group."""
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=self.group):
+            try:
+                point.load()  # importing the module runs its registration decorators
+            except Exception as exc:  # a broken third-party plugin: one line naming it
+                raise PrivauditorError(
+                    f"{self.kind} plugin '{point.name}' ({point.value}) from entry point group "
+                    f"{self.group} failed to load: {type(exc).__name__}: {exc}"
+                ) from None
 
     def get(self, name: str) -> T:
         """The plugin registered as ``name``; unknown names raise :class:`UnknownNameError`."""
@@ -92,14 +117,18 @@ class Registry(Generic[T]):
             raise UnknownNameError(unknown_name_message(self.kind, name, self.names())) from None
 
     def build(self, name: str, params: dict | None = None) -> T:
-        """An instance of the dataclass plugin ``name`` with field overrides ``params``; an unknown field
-        is a one-line error listing the known ones."""
+        """An instance of the dataclass plugin ``name`` with field overrides ``params``, each checked
+        against its field's type; an unknown field is a one-line error listing the known ones."""
+        from .settings import build
+
         cls = self.get(name)
-        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-        for key in params or {}:
-            if key not in fields:
-                raise PrivauditorError(unknown_name_message(f"{name} hyper-parameter", key, sorted(fields)))
-        return cls(**(params or {}))
+        if not dataclasses.is_dataclass(cls):
+            if params:
+                raise PrivauditorError(
+                    f"{self.kind} '{name}' takes no hyper-parameters, not {sorted(params)}"
+                )
+            return cls()
+        return build(cls, dict(params or {}), f"{self.kind} '{name}'")
 
     def __contains__(self, name: object) -> bool:
         self.discover()

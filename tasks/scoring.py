@@ -171,36 +171,3 @@ def mean_nll(
     """Mean per-token NLL of every example's target (no vocabulary moments): float64 array."""
     scored = score_examples(model, tokenizer, examples, max_length, seq2seq, batch_size, moments=False)
     return np.array([s.nll for s in scored], dtype=np.float64)
-
-
-def gradient_norms(
-    model: Any,
-    tokenizer: Any,
-    examples: Sequence[Example],
-    max_length: int,
-    seq2seq: bool,
-    norm: float = 2.0,
-) -> np.ndarray:
-    """Per example, the ``norm``-norm of the gradient of its mean target NLL w.r.t. the trainable
-    parameters, taken as one vector; a model with none trainable (``none``) uses all its parameters."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    frozen = not params
-    if frozen:
-        params = list(model.parameters())
-        for p in params:
-            p.requires_grad_(True)
-    model.eval()
-    device = _device(model)
-    norms = []
-    try:
-        for item in encode(tokenizer, examples, max_length, seq2seq):
-            check("gradients")
-            batch = {k: v.to(device) for k, v in collate([item], tokenizer.pad_token_id, seq2seq).items()}
-            grads = torch.autograd.grad(model(**batch).loss, params, allow_unused=True)
-            flat = torch.cat([g.detach().float().flatten() for g in grads if g is not None])
-            norms.append(float(torch.linalg.vector_norm(flat, ord=norm)))
-    finally:
-        if frozen:
-            for p in params:
-                p.requires_grad_(False)
-    return np.array(norms, dtype=np.float64)

@@ -1,15 +1,10 @@
-"""The signal store: what scoring a set of texts with one model produced, as one Parquet table.
+"""Per-text signals of one model (the ``signals`` view's table) and atomic file writing.
 
 ``signals.parquet`` (the design's contract) has one row per scored text: ``sample_id``, ``member``,
-``token_ids`` (list<int32>), ``logp``, ``mu``, ``sigma`` (list<float32>), plus per-row columns the
-attacks need: ``zlib_bytes`` (int64), and, when the cell computes those views, ``neighbour_nll``
-(list<float64>: the adapted model's mean NLL on each neighbour text) and ``grad_norm`` (float64).
-Sample text itself is never stored.
-
-:class:`SignalStore` keeps tables under a directory, each named by a key over everything the numbers
-depend on (base model id and revision, adaptation content hash, tokenizer, dtype, max length, text hash
-and :data:`SIGNALS_FORMAT`), so a changed input never reuses a stale entry and the un-adapted base's
-signals (the reference model's) are computed once per (base, split) and shared by every adaptation.
+``token_ids`` (list<int32>), ``logp``, ``mu``, ``sigma`` (list<float32>), and ``zlib_bytes`` (int64, the
+zlib attack's entropy estimate of the scored target text). Sample text itself is never stored. Other
+inputs of attacks (neighbours' scores, gradient norms, ...) are views of their own
+(:mod:`privauditor.tasks.views`), each in its own file.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ import json
 import os
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .cache import file_lock, stable_hash
-
 if TYPE_CHECKING:  # scoring imports torch; attack jobs read signals without it
     from .scoring import TokenStats
-
-SIGNALS_FORMAT = 1  # bump when what a signals table holds, or how it is computed, changes
 
 _LIST_F32 = pa.list_(pa.float32())
 
@@ -52,9 +43,6 @@ class Signals:
     mu: list[np.ndarray]
     sigma: list[np.ndarray]
     zlib_bytes: np.ndarray  # int64
-    neighbour_nll: list[np.ndarray] | None = None
-    grad_norm: np.ndarray | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.sample_id)
@@ -93,12 +81,6 @@ class Signals:
             "sigma": pa.array([x.tolist() for x in self.sigma], _LIST_F32),
             "zlib_bytes": pa.array(self.zlib_bytes, pa.int64()),
         }
-        if self.neighbour_nll is not None:
-            columns["neighbour_nll"] = pa.array(
-                [x.tolist() for x in self.neighbour_nll], pa.list_(pa.float64())
-            )
-        if self.grad_norm is not None:
-            columns["grad_norm"] = pa.array(self.grad_norm, pa.float64())
         return pa.table(columns)
 
     @classmethod
@@ -106,7 +88,6 @@ class Signals:
         def lists(name: str, dtype: Any) -> list[np.ndarray]:
             return [np.asarray(x, dtype=dtype) for x in table.column(name).to_pylist()]
 
-        names = table.column_names
         return cls(
             sample_id=table.column("sample_id").to_pylist(),
             member=np.asarray(table.column("member").to_pylist(), dtype=bool),
@@ -115,33 +96,6 @@ class Signals:
             mu=lists("mu", np.float32),
             sigma=lists("sigma", np.float32),
             zlib_bytes=np.asarray(table.column("zlib_bytes").to_pylist(), dtype=np.int64),
-            neighbour_nll=lists("neighbour_nll", np.float64) if "neighbour_nll" in names else None,
-            grad_norm=np.asarray(table.column("grad_norm").to_pylist()) if "grad_norm" in names else None,
-        )
-
-    def aligned_to(self, sample_ids: Sequence[str]) -> Signals:
-        """These signals reordered to ``sample_ids`` (every id must be present)."""
-        index = {s: i for i, s in enumerate(self.sample_id)}
-        missing = [s for s in sample_ids if s not in index]
-        if missing:
-            raise KeyError(f"signals lack {len(missing)} sample(s), e.g. {missing[0]!r}")
-        order = [index[s] for s in sample_ids]
-
-        def pick(column: Any) -> Any:
-            if column is None:
-                return None
-            return column[order] if isinstance(column, np.ndarray) else [column[i] for i in order]
-
-        return Signals(
-            list(sample_ids),
-            pick(self.member),
-            pick(self.token_ids),
-            pick(self.logp),
-            pick(self.mu),
-            pick(self.sigma),
-            pick(self.zlib_bytes),
-            pick(self.neighbour_nll),
-            pick(self.grad_norm),
         )
 
 
@@ -178,44 +132,3 @@ def write_text(path: Path, text: str) -> None:
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temporary sibling, then rename)."""
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def signal_key(
-    model_id: str,
-    revision: str | None,
-    adaptation_hash: str,
-    tokenizer_id: str,
-    dtype: str,
-    max_length: int,
-    text_hash: str,
-) -> dict[str, Any]:
-    """Everything a signals table depends on: the key material of a :class:`SignalStore` entry."""
-    return {
-        "model": model_id,
-        "revision": revision,
-        "adaptation": adaptation_hash,
-        "tokenizer": tokenizer_id,
-        "dtype": dtype,
-        "max_length": max_length,
-        "texts": text_hash,
-        "format": SIGNALS_FORMAT,
-    }
-
-
-class SignalStore:
-    """Signals tables under ``root``, one file per key; computed at most once per key."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-
-    def path(self, key: dict[str, Any]) -> Path:
-        return self.root / f"{stable_hash(key, 16)}.parquet"
-
-    def get_or_compute(self, key: dict[str, Any], compute: Callable[[], Signals]) -> Signals:
-        """The stored signals for ``key``, computing and storing them first if absent."""
-        path = self.path(key)
-        if not path.exists():
-            with file_lock(path.with_suffix(".lock")):
-                if not path.exists():
-                    write_table(compute().to_table(), path)
-        return Signals.from_table(read_table(path))

@@ -1,15 +1,22 @@
-"""Member / non-member / validation splits, drawn i.i.d. from one pool and fixed by (dataset, seed, sizes).
+"""Splits: disjoint parts drawn i.i.d. from one shuffled pool, fixed by (dataset, seed, sizes).
 
-Members are what an adaptation trains on; non-members are what the attacks must tell them apart from;
-the validation set measures the adapted model's utility. All three are disjoint draws from one shuffled
-pool, so members and non-members come from the same distribution (an attack can only win by detecting
-training, never by a distribution shift). The shuffle depends only on the dataset's content hash and the
-seed — not on the adaptation — so every adaptation of a dataset sees the same split.
+The parts, defined here once:
+
+- ``members``: trained on and scored; what an attack must recognise;
+- ``nonmembers``: scored, never trained on; what members are told apart from;
+- ``validation``: the adapted model's utility (held-out loss), never trained on nor scored;
+- ``population``: never trained on nor scored: reference samples for attacks that compare a text with a
+  population, and prefixes of known non-members;
+- ``known_members``: trained on, never scored: prefixes of known members for attacks that use them.
+
+All come from one pool shuffled by (dataset content hash, seed), cut in that order, so members and
+non-members share one distribution (an attack can only win by detecting training, never by a
+distribution shift), every adaptation of a dataset sees the same split, and adding a population or
+known members leaves the other parts as they were. Bump :data:`SPLIT_VERSION` when the drawing changes.
 
 Example::
 
-    data = load_dataset("finance")
-    split = draw_split(data, members=100, nonmembers=100, validation=100, seed=0)
+    split = draw_split(load_dataset("finance"), SplitConfig(members=100, population=50), seed=0)
 """
 
 from __future__ import annotations
@@ -17,15 +24,22 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from .datasets import Example, LoadedDataset
 from .datasets._base import content_hash
 from .errors import PrivauditorError
 
+SPLIT_VERSION = 1
+#: every part, in the order the pool is cut
+PARTS = ("members", "nonmembers", "validation", "population", "known_members")
+#: parts that must not be empty
+REQUIRED = ("members", "nonmembers", "validation")
+
 
 @dataclass(frozen=True)
 class Split:
-    """The three disjoint parts of one (dataset, seed, sizes) draw, with content hashes."""
+    """The disjoint parts of one (dataset, seed, sizes) draw, with content hashes."""
 
     dataset: str
     seed: int
@@ -33,43 +47,52 @@ class Split:
     nonmembers: tuple[Example, ...]
     validation: tuple[Example, ...]
     dataset_sha256: str
+    population: tuple[Example, ...] = ()
+    known_members: tuple[Example, ...] = ()
+
+    @property
+    def trained(self) -> tuple[Example, ...]:
+        """What an adaptation trains on: the members, then the known members."""
+        return self.members + self.known_members
+
+    @property
+    def scored(self) -> tuple[Example, ...]:
+        """What the attacks score: the members, then the non-members."""
+        return self.members + self.nonmembers
 
     @property
     def sha256(self) -> str:
-        """Identity of the whole split: the three parts' hashes, in order."""
-        parts = "".join(content_hash(p) for p in (self.members, self.nonmembers, self.validation))
-        return hashlib.sha256(parts.encode()).hexdigest()
+        """Identity of the whole split: every part's hash, in order."""
+        return hashlib.sha256("".join(content_hash(getattr(self, p)) for p in PARTS).encode()).hexdigest()
 
     def hashes(self) -> dict[str, str]:
-        """Content hash of each part (recorded in every cell's provenance)."""
-        return {
-            "members": content_hash(self.members),
-            "nonmembers": content_hash(self.nonmembers),
-            "validation": content_hash(self.validation),
-            "split": self.sha256,
-        }
+        """Content hash of each part and of the whole (recorded in every cell's provenance)."""
+        return {part: content_hash(getattr(self, part)) for part in PARTS} | {"split": self.sha256}
+
+    def ids(self) -> dict[str, list[str]]:
+        """The sample ids of each part."""
+        return {part: [e.sample_id for e in getattr(self, part)] for part in PARTS}
 
 
-def draw_split(data: LoadedDataset, members: int, nonmembers: int, validation: int, seed: int) -> Split:
-    """Shuffle the pool with a seed derived from (dataset hash, seed) and cut it into three parts."""
-    for name, size in (("members", members), ("nonmembers", nonmembers), ("validation", validation)):
-        if not isinstance(size, int) or size < 1:
-            raise PrivauditorError(f"split.{name} must be a positive integer, got {size!r}")
-    needed = members + nonmembers + validation
+def draw_split(data: LoadedDataset, sizes: Any, seed: int) -> Split:
+    """Shuffle the pool with a seed derived from (dataset hash, seed) and cut it into the parts, sized by
+    ``sizes`` (anything with the part names as attributes, e.g. a ``SplitConfig``)."""
+    counts = {part: getattr(sizes, part, 0) for part in PARTS}
+    for part, size in counts.items():
+        low = 1 if part in REQUIRED else 0
+        if not isinstance(size, int) or isinstance(size, bool) or size < low:
+            raise PrivauditorError(f"split.{part} must be an integer of at least {low}, got {size!r}")
+    needed = sum(counts.values())
     if needed > len(data.examples):
+        asked = " + ".join(f"{n} {part.replace('_', ' ')}" for part, n in counts.items() if n)
         raise PrivauditorError(
-            f"split asks for {needed} records ({members} members + {nonmembers} non-members + "
-            f"{validation} validation) but dataset '{data.name}' has {len(data.examples)}"
+            f"split asks for {needed} records ({asked}) but dataset '{data.name}' has {len(data.examples)}"
         )
     # A string seed gives random.Random a stable, platform-independent sha512-based state.
     order = list(range(len(data.examples)))
     random.Random(f"{data.sha256}:{seed}").shuffle(order)
-    pick = [data.examples[i] for i in order[:needed]]
-    return Split(
-        dataset=data.name,
-        seed=seed,
-        members=tuple(pick[:members]),
-        nonmembers=tuple(pick[members : members + nonmembers]),
-        validation=tuple(pick[members + nonmembers :]),
-        dataset_sha256=data.sha256,
-    )
+    parts, start = {}, 0
+    for part, size in counts.items():
+        parts[part] = tuple(data.examples[i] for i in order[start : start + size])
+        start += size
+    return Split(dataset=data.name, seed=seed, dataset_sha256=data.sha256, **parts)

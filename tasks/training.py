@@ -27,6 +27,9 @@ from .deadline import check, expired, timeout
 
 log = logging.getLogger(__name__)
 
+#: bump whenever a change to the training loop alters the weights it trains (part of every cell id)
+TRAINER_VERSION = 1
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -101,15 +104,15 @@ def apply_seeded(adaptation: Any, model: Any, family: Any, seed: int) -> Any:
     return adaptation.apply(model, family)
 
 
-def train_config_of(cell: Any) -> TrainConfig:
-    """A cell's training settings (a ``CellConfig``), with its technique's defaults resolved."""
-    resolved = cell.resolved()["train"]
+def train_config_of(spec: Any) -> TrainConfig:
+    """A resolved cell's (a ``CellSpec``'s) training settings."""
+    train = spec.train
     return TrainConfig(
-        epochs=resolved["epochs"],
-        lr=resolved["lr"],
-        batch_size=cell.train.batch_size,
-        max_length=cell.train.max_length,
-        seed=cell.seed,
+        epochs=train.epochs,
+        lr=train.lr,
+        batch_size=train.batch_size,
+        max_length=train.max_length,
+        seed=spec.seed,
     )
 
 

@@ -1,4 +1,5 @@
-"""Test-wide settings: offline, W&B off, the fast pre-training profile, one artefact cache per run.
+"""Test-wide settings: offline, W&B off, the fast pre-training profile, one artefact cache per run, and
+the seed of tests that train (``$PRIVAUDITOR_TEST_SEED``).
 
 Tiny bases are pre-trained with the ``fast`` profile (seconds per family, still far below the unigram
 baseline) unless ``PRIVAUDITOR_PRETRAIN_PROFILE`` says otherwise. The artefact cache is
@@ -18,6 +19,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("PRIVAUDITOR_PRETRAIN_PROFILE", "fast")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture
+def seed() -> int:
+    """The seed of tests that train or attack: ``$PRIVAUDITOR_TEST_SEED`` (default 0). Their assertions
+    must hold whatever it is (run the suite with 1 and 2 too), so none rests on one lucky draw."""
+    return int(os.environ.get("PRIVAUDITOR_TEST_SEED", "0"))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,7 +14,7 @@ import torch
 from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.models import FAMILIES
-from privauditor.tasks.training import TrainConfig, collate, encode, train
+from privauditor.tasks.training import TrainConfig, apply_seeded, collate, encode, train
 
 from .helpers import EXAMPLES, fresh_base
 
@@ -33,12 +33,18 @@ def logits(model, batch):
         ).logits
 
 
+def loss(model, batch):
+    """The model's loss on ``batch`` in eval mode (no dropout): the same number every time."""
+    with torch.inference_mode():
+        return model.eval()(**batch).loss.item()
+
+
 @pytest.mark.parametrize(("family_name", "technique"), PAIRS)
-def test_technique_contract(family_name, technique, tmp_path):
+def test_technique_contract(family_name, technique, tmp_path, seed):
     family, tokenizer, base = fresh_base(family_name)
     pristine = copy.deepcopy(base)
     adaptation = build_adaptation(technique)
-    model = adaptation.apply(base, family)
+    model = apply_seeded(adaptation, base, family, seed=seed)  # new weights drawn from this seed alone
     trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
     batch = collate(encode(tokenizer, EXAMPLES, 48, family.seq2seq), tokenizer.pad_token_id, family.seq2seq)
@@ -49,12 +55,16 @@ def test_technique_contract(family_name, technique, tmp_path):
         return
     assert sum(t.numel() for t in trainable.values()) > 0
 
-    # A few steps on one batch at the technique's own learning rate: the loss must fall.
+    # Steps on one fixed batch at the technique's own learning rate lower that batch's loss, measured in
+    # eval mode before and after (so dropout's draws do not enter the comparison). Over seeds 0-4 every
+    # pair fell; the least, 0.0017 nats (llama x ptuning, seed 2: P-tuning at its default rate swings on
+    # a 3-text batch), is far above float noise; weight updates fell 0.07 nats or more.
+    before = loss(model, batch)
     config = TrainConfig(
-        epochs=12, lr=adaptation.default_lr_for(family.name), batch_size=len(EXAMPLES), seed=0
+        epochs=12, lr=adaptation.default_lr_for(family.name), batch_size=len(EXAMPLES), seed=seed
     )
     result = train(model, tokenizer, EXAMPLES, config, family.seq2seq)
-    assert result.loss_curve[-1] < result.loss_curve[0], result.loss_curve
+    assert loss(model, batch) < before, (before, loss(model, batch), result.loss_curve)
 
     # Only trainable weights changed, and they did change.
     after = dict(model.named_parameters())

@@ -18,7 +18,7 @@ def f32(*values):
     return np.array(values, dtype=np.float32)
 
 
-def make_signals(logp, mu=None, sigma=None, zlib_sizes=None, neighbour_nll=None, grad_norm=None):
+def make_signals(logp, mu=None, sigma=None, zlib_sizes=None):
     n = len(logp)
     return Signals(
         sample_id=[f"s{i}" for i in range(n)],
@@ -28,9 +28,12 @@ def make_signals(logp, mu=None, sigma=None, zlib_sizes=None, neighbour_nll=None,
         mu=mu or [np.zeros_like(lp) for lp in logp],
         sigma=sigma or [np.ones_like(lp) for lp in logp],
         zlib_bytes=np.array(zlib_sizes or [10] * n, dtype=np.int64),
-        neighbour_nll=neighbour_nll,
-        grad_norm=None if grad_norm is None else np.array(grad_norm, dtype=np.float64),
     )
+
+
+def score(name, params=None, **views):
+    """The attack's scores on hand-made views (``signals`` → the target's signals by default)."""
+    return build_attack(name, params).score(views)
 
 
 TWO = [f32(-1.0, -2.0, -3.0, -4.0, -5.0), f32(-0.5, -0.5)]
@@ -43,56 +46,80 @@ def test_every_design_attack_is_registered_under_its_file_stem():
 
 
 def test_loss_is_minus_mean_token_nll():
-    scores = build_attack("loss").score(make_signals(TWO))
-    assert scores == pytest.approx([-3.0, -0.5])
+    assert score("loss", signals=make_signals(TWO)) == pytest.approx([-3.0, -0.5])
 
 
 def test_zlib_divides_nll_by_compressed_bytes():
-    scores = build_attack("zlib").score(make_signals(TWO, zlib_sizes=[30, 4]))
+    scores = score("zlib", signals=make_signals(TWO, zlib_sizes=[30, 4]))
     assert scores == pytest.approx([-3.0 / 30, -0.5 / 4])
     assert zlib_bytes("abcabcabc") == len(zlib.compress(b"abcabcabc"))
     assert zlib_bytes("é") == len(zlib.compress("é".encode()))
 
 
-@pytest.mark.parametrize(("k", "expected"), [(0.2, [-5.0, -0.5]), (0.4, [-4.5, -0.5]), (1.0, [-3.0, -0.5])])
-def test_min_k_averages_the_lowest_k_percent(k, expected):
-    # 20 % of 5 tokens is 1 token, of 2 tokens ceil(0.4) = 1 token; 40 % of 5 is 2 tokens
-    assert build_attack("min_k", {"k": k}).score(make_signals(TWO)) == pytest.approx(expected)
+SEVEN = [f32(-1.0, -2.0, -3.0, -4.0, -5.0, -6.0, -7.0)]
+
+
+@pytest.mark.parametrize(
+    ("k", "logp", "expected"),
+    [
+        (0.2, TWO, [-5.0, -0.5]),  # 20 % of 5 tokens is 1; of 2 tokens int(0.4) = 0, so at least 1
+        (0.4, TWO, [-4.5, -0.5]),  # 40 % of 5 is 2
+        (1.0, TWO, [-3.0, -0.5]),
+        (0.2, SEVEN, [-7.0]),  # int(1.4) = 1 token (ceil would keep 2: -6.5)
+        (0.5, SEVEN, [-6.0]),  # int(3.5) = 3 tokens: -5, -6, -7 (ceil would keep 4: -5.5)
+    ],
+)
+def test_min_k_averages_the_lowest_k_percent_rounded_down(k, logp, expected):
+    """``max(1, int(k * n))`` tokens, as the Min-K% paper's code and MIMIR keep."""
+    assert score("min_k", {"k": k}, signals=make_signals(logp)) == pytest.approx(expected)
 
 
 def test_min_k_pp_standardises_each_token_by_mu_and_sigma():
     logp = [f32(-1.0, -2.0, -6.0, -3.0, -2.5)]
     mu = [f32(-2.0, -2.0, -4.0, -1.0, -2.5)]
     sigma = [f32(1.0, 2.0, 1.0, 0.5, 1.0)]
-    # z = [1, 0, -2, -4, 0]; lowest 40 % (2 tokens) = -4 and -2
-    scores = build_attack("min_k_pp", {"k": 0.4}).score(make_signals(logp, mu, sigma))
-    assert scores == pytest.approx([-3.0])
+    # z = [1, 0, -2, -4, 0]; lowest 40 % (2 tokens) = -4 and -2; lowest 50 %: int(2.5) = 2 tokens too
+    for k in (0.4, 0.5):
+        assert score("min_k_pp", {"k": k}, signals=make_signals(logp, mu, sigma)) == pytest.approx([-3.0])
 
 
 def test_reference_is_reference_nll_minus_target_nll():
     target = make_signals(TWO)
     reference = make_signals([f32(-4.0, -4.0), f32(-0.25, -0.75, -0.5)])
-    assert build_attack("reference").score(target, reference) == pytest.approx([4.0 - 3.0, 0.5 - 0.5])
-    with pytest.raises(ValueError, match="reference"):
-        build_attack("reference").score(target)
+    assert score("reference", signals=target, reference=reference) == pytest.approx([4.0 - 3.0, 0.5 - 0.5])
 
 
 def test_neighbourhood_is_mean_neighbour_nll_minus_own_nll():
-    signals = make_signals(TWO, neighbour_nll=[np.array([4.0, 5.0, 9.0]), np.array([1.0, 2.0, 3.0])])
-    assert build_attack("neighbourhood", {"k": 3}).score(signals) == pytest.approx([6.0 - 3.0, 2.0 - 0.5])
-    assert build_attack("neighbourhood", {"k": 2}).score(signals) == pytest.approx([4.5 - 3.0, 1.5 - 0.5])
+    neighbours = [np.array([4.0, 5.0, 9.0]), np.array([1.0, 2.0, 3.0])]
+    scores = score("neighbourhood", {"k": 3}, signals=make_signals(TWO), neighbours=neighbours)
+    assert scores == pytest.approx([6.0 - 3.0, 2.0 - 0.5])
 
 
 def test_gradnorm_scores_small_gradients_as_members():
-    assert build_attack("gradnorm").score(make_signals(TWO, grad_norm=[3.0, 0.5])) == pytest.approx(
-        [-3.0, -0.5]
+    assert score("gradnorm", gradients=np.array([3.0, 0.5])) == pytest.approx([-3.0, -0.5])
+
+
+def test_attacks_declare_the_views_they_need_with_their_own_parameters():
+    views = {
+        name: {role: (v.name, v.hyperparameters()) for role, v in cls().views().items()}
+        for name, cls in ATTACKS.items()
+    }
+    assert (
+        views["loss"] == views["min_k_pp"] == {"signals": ("signals", {"model": "target", "part": "scored"})}
     )
+    assert views["reference"]["reference"] == ("signals", {"model": "reference", "part": "scored"})
+    assert views["neighbourhood"]["neighbours"] == ("neighbours", {"k": 25, "mask_fraction": 0.1})
+    assert views["gradnorm"] == {"gradients": ("grad_norm", {"norm": 2.0})}
+    # the attack's hyper-parameters reach its view: another k is another view
+    assert build_attack("neighbourhood", {"k": 5}).views()["neighbours"].k == 5
+    assert build_attack("gradnorm", {"norm": 1}).views()["gradients"].norm == 1.0
 
 
-def test_attacks_declare_the_views_they_need():
-    needs = {name: cls.needs for name, cls in ATTACKS.items()}
-    assert needs["reference"] == ("reference",) and needs["neighbourhood"] == ("neighbours",)
-    assert needs["gradnorm"] == ("gradients",) and needs["loss"] == needs["min_k_pp"] == ()
+def test_attack_costs_are_their_views_passes_per_text():
+    assert str(build_attack("loss").cost()) == "1 fwd"
+    assert str(build_attack("reference").cost()) == "2 fwd"
+    assert str(build_attack("gradnorm").cost()) == "1 fwd + 1 bwd"
+    assert str(build_attack("neighbourhood", {"k": 5}).cost()) == "6 fwd (+5 shared fwd)"
 
 
 @pytest.mark.parametrize(
@@ -101,9 +128,12 @@ def test_attacks_declare_the_views_they_need():
         ("min_k", {"k": 0}, "fraction"),
         ("min_k_pp", {"k": 1.5}, "fraction"),
         ("neighbourhood", {"k": 0}, "positive int"),
+        ("neighbourhood", {"k": 2.5}, "must be int"),
         ("neighbourhood", {"mask_fraction": 1.0}, "mask_fraction"),
         ("gradnorm", {"norm": -1}, "positive"),
         ("min_k", {"kk": 0.2}, "did you mean 'k'"),
+        ("min_k", {"k": "high"}, "must be a number"),
+        ("min_k", {"k": True}, "must be a number"),
     ],
 )
 def test_bad_hyper_parameters_are_one_line_errors(name, params, match):
@@ -123,6 +153,6 @@ def test_scores_order_members_above_nonmembers_when_they_are_more_likely():
     other_logp = [f32(*rng.normal(-3.0, 0.3, 20)) for _ in range(5)]
     signals = make_signals(member_logp + other_logp)
     for name in ("loss", "zlib", "min_k", "min_k_pp"):
-        scores = build_attack(name).score(signals)
+        scores = score(name, signals=signals)
         assert scores[:5].min() > scores[5:].max(), name
         assert all(math.isfinite(s) for s in scores)

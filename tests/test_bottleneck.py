@@ -55,9 +55,10 @@ def run(model, family, labels: bool = False):
     return model(input_ids=ids, labels=ids if labels else None)
 
 
-def adapted(family_name: str, technique: str, placement: str, **fields):
+def adapted(family_name: str, technique: str, placement: str, seed: int = 0, **fields):
     family = FAMILIES.get(family_name)
     adaptation = ADAPTATIONS.get(technique)(placement=placement, **fields)
+    torch.manual_seed(seed)  # the adapters' initial weights come from this seed, not from earlier tests
     return adaptation, family, adaptation.apply(fresh(family_name), family)
 
 
@@ -77,9 +78,9 @@ def expected_params(model, family, technique: str, placement: str) -> int:
 
 @pytest.mark.parametrize("technique,placement", TECHNIQUES)
 @pytest.mark.parametrize("family_name", FAMILIES.names())
-def test_adapter_contract(family_name, technique, placement, tmp_path):
+def test_adapter_contract(family_name, technique, placement, tmp_path, seed):
     base = _base(family_name)
-    adaptation, family, model = adapted(family_name, technique, placement)
+    adaptation, family, model = adapted(family_name, technique, placement, seed)
     with torch.no_grad():
         base_logits = run(base, family).logits
         assert torch.equal(run(model, family).logits, base_logits), "a fresh adapter must be a no-op"

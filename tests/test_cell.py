@@ -11,17 +11,18 @@ from privauditor.orchestrator.cli import main
 from privauditor.tasks.cell import CellEnvironment, run_cell
 from privauditor.tasks.config import DEFAULT_ATTACKS, cell_config
 from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.spec import CellSpec
 
 SIGNAL_COLUMNS = {"sample_id", "member", "token_ids", "logp", "mu", "sigma"}
 METRIC_KEYS = {"auc", "auc_ci", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "roc"}
 
 
-def cell(out, model="tiny-llama", adaptation="lora", dataset="finance", *assignments):
-    config = cell_config({"model": model, "adaptation": adaptation, "dataset": dataset}, list(assignments))
-    return run_cell(config, out)
+def cell(out, model="tiny-llama", adaptation="lora", dataset="finance", *assignments, seed=0):
+    settings = {"model": model, "adaptation": adaptation, "dataset": dataset, "seed": seed}
+    return run_cell(cell_config(settings, list(assignments)), out)
 
 
-def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
+def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys, seed):
     """The acceptance cell: tiny-llama x lora x finance at default sizes, every attack, via the CLI."""
     out = tmp_path / "results"
     argv = [
@@ -32,6 +33,8 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
         "lora",
         "--dataset",
         "finance",
+        "--seed",
+        str(seed),
         "--out",
         str(out),
     ]
@@ -39,7 +42,7 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
     printed = capsys.readouterr().out
     (cell_dir,) = (out / "cells").iterdir()
     assert (
-        cell_dir.name.startswith("tiny-llama__lora__finance__s0__")
+        cell_dir.name.startswith(f"tiny-llama__lora__finance__s{seed}__")
         and len(cell_dir.name.split("__")[-1]) == 8
     )
     names = {p.name for p in cell_dir.iterdir()}
@@ -55,10 +58,9 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
     assert set(metrics) == set(DEFAULT_ATTACKS) and all(set(m) >= METRIC_KEYS for m in metrics.values())
     assert metrics["loss"]["tpr_at_0.1pct_fpr"] is None  # 100 non-members cannot measure 0.1 % FPR
     record = json.loads((cell_dir / "cell.json").read_text())
-    assert (
-        record["trainable_params"] > 0
-        and record["config"]["train"] | {"lr": 1e-2, "epochs": 20} == record["config"]["train"]
-    )
+    spec = CellSpec.from_dict(record["config"])
+    assert record["trainable_params"] > 0 and (spec.train.lr, spec.train.epochs) == (1e-2, 20)
+    assert spec.cell_id() == cell_dir.name  # cell.json holds exactly what the id hashes
     assert record["provenance"]["split"]["members"] and record["versions"]["torch"]
     assert (out / "privauditor.json").exists() and (out / "plots" / f"{cell_dir.name}.png").stat().st_size > 0
     assert "loss" in printed and "AUC" in printed
@@ -66,11 +68,14 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
     # LoRA at defaults leaks (AUC about 0.6 on the fast bases over seeds, so its CI may touch 0.5 on one
     # split); the memorisation cases below assert the leak with margin
     assert metrics["loss"]["auc"] > 0.5 and low <= metrics["loss"]["auc"] <= high
-    # the reference signals went to the shared store; a `none` cell of the same split reuses them
-    shared = sorted((out / "shared" / "signals").glob("*.parquet"))
+    # the views: the adapted model's in the cell, the base's (the reference signals) in the shared store;
+    # a `none` cell of the same split reuses the base's signals as its own
+    views = {p.parent.name for p in (cell_dir / "views").glob("*/*.parquet")}
+    assert views == {"signals", "neighbours", "grad_norm"}
+    shared = sorted((out / "shared" / "views" / "signals").glob("*.parquet"))
     assert len(shared) == 1
-    cell(out, "tiny-llama", "none", "finance", "attacks=[loss,reference]")
-    assert sorted((out / "shared" / "signals").glob("*.parquet")) == shared
+    cell(out, "tiny-llama", "none", "finance", "attacks=[loss,reference]", seed=seed)
+    assert sorted((out / "shared" / "views" / "signals").glob("*.parquet")) == shared
     # a rerun finds DONE and does nothing
     assert main(argv) == 0 and "already done" in capsys.readouterr().out
 
@@ -82,7 +87,7 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys):
         ("tiny-llama", "lora", ["train.epochs=60"], 0.85),
     ],
 )
-def test_canary_cell_memorises(tmp_path, model, adaptation, train, least):
+def test_canary_cell_memorises(tmp_path, model, adaptation, train, least, seed):
     """16 members seen many times are told apart from 16 others (seeds 0-5 all gave 1.0 for full fine-tuning
     at 80 epochs and 0.90-1.0 for LoRA at 60 on the fast bases)."""
     outcome = cell(
@@ -93,14 +98,16 @@ def test_canary_cell_memorises(tmp_path, model, adaptation, train, least):
         "split={members: 16, nonmembers: 16, validation: 8}",
         *train,
         "attacks=[loss]",
+        seed=seed,
     )
     assert outcome.metrics["loss"]["auc"] >= least and outcome.metrics["loss"]["auc_ci"][0] > 0.5
 
 
-def test_untrained_model_gives_every_attack_chance_auc(tmp_path):
+def test_untrained_model_gives_every_attack_chance_auc(tmp_path, seed):
+    """Nothing trained: every attack is at chance (|AUC - 0.5| <= 0.1, three standard errors at 150 / 150)."""
     outcome = cell(
         tmp_path, "tiny-opt", "none", "climate",
-        "split={members: 150, nonmembers: 150, validation: 10}", "attack_params.neighbourhood.k=4",
+        "split={members: 150, nonmembers: 150, validation: 10}", "attack_params.neighbourhood.k=4", seed=seed,
     )  # fmt: skip
     aucs = {name: m["auc"] for name, m in outcome.metrics.items()}
     assert set(aucs) == set(DEFAULT_ATTACKS)
@@ -114,7 +121,9 @@ def test_t5_cell_scores_decoder_targets(tmp_path):
         "attacks=[loss,min_k_pp,neighbourhood,gradnorm]", "attack_params.neighbourhood.k=2",
     )  # fmt: skip
     signals = pq.read_table(outcome.path / "signals.parquet")
-    assert signals.num_rows == 16 and all(len(n) == 2 for n in signals.column("neighbour_nll").to_pylist())
+    (neighbours,) = (outcome.path / "views" / "neighbours").glob("*.parquet")
+    rows = pq.read_table(neighbours).column("neighbour_nll").to_pylist()
+    assert signals.num_rows == 16 and len(rows) == 16 and all(len(n) == 2 for n in rows)
     assert all(0.0 <= m["auc"] <= 1.0 for m in outcome.metrics.values())
 
 
@@ -128,9 +137,13 @@ def test_settings_make_the_cell_id_and_bad_settings_are_one_line_errors(tmp_path
     assert (
         cell_config(base, ["train.lr=0.01"]).cell_id() == cell_config(base).cell_id()
     )  # the default, made explicit
+    # numbers as people write them: 1e-2 is the default learning rate too
+    assert cell_config(base, ["train.lr=1e-2"]).cell_id() == cell_config(base).cell_id()
+    assert cell_config(base, ["train.lr=3e-3"]).train.lr == 0.003
     for bad, match in [
         (["split.member=5"], "did you mean 'members'"),
-        (["train.lr=fast"], "must be float"),
+        (["train.lr=fast"], "train.lr must be a number or null, not 'fast'"),
+        (["train.epochs=true"], "must be int or null"),
         (["attacks=[los]"], "did you mean 'loss'"),
         (["adaptation_params.lora.alhpa=4"], "did you mean 'alpha'"),
         (["split.members=0"], "at least 1"),

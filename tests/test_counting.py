@@ -6,8 +6,9 @@ import torch
 
 from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.counting import ForwardCounter, read_counts
+from privauditor.tasks.gradients import gradient_norms
 from privauditor.tasks.neighbours import generate_neighbours, load_masked_lm
-from privauditor.tasks.scoring import gradient_norms, score_examples
+from privauditor.tasks.scoring import score_examples
 from privauditor.tasks.training import TrainConfig, apply_seeded, train
 
 from .helpers import EXAMPLES, fresh_base
@@ -33,14 +34,16 @@ def test_counter_counts_each_model_call_once_with_its_rows(tmp_path):
         gradient_norms(model, tokenizer, texts[:2], 64, False)
         train(model, tokenizer, texts, TrainConfig(epochs=1, lr=1e-4, batch_size=5, max_length=64), False)
     handle.remove()
-    assert seen == [4, 4, 1, 1, 1, 5, 4]  # three scoring batches, two gradient passes, two training batches
+    # three scoring batches; per-sample gradients: a probe of one and of two samples, one batched pass;
+    # two training batches
+    assert seen == [4, 4, 1, 1, 2, 2, 5, 4]
     name = type(model).__name__
-    assert counter.rows == {(name, "infer"): 9, (name, "grad"): 2, (name, "train"): 9}
-    assert counter.passes == {(name, "infer"): 3, (name, "grad"): 2, (name, "train"): 2}
+    assert counter.rows == {(name, "infer"): 12, (name, "grad"): 2, (name, "train"): 9}
+    assert counter.passes == {(name, "infer"): 5, (name, "grad"): 1, (name, "train"): 2}
     assert read_counts(tmp_path / "passes.tsv") == (counter.passes, counter.rows)
     with torch.inference_mode():  # not counted once the counter is closed
         score_examples(model, tokenizer, texts, 64, False)
-    assert counter.total() == 20
+    assert counter.total() == 23
 
 
 def test_a_wrapped_model_is_one_pass_and_the_masked_lm_is_counted():

@@ -16,6 +16,7 @@ from privauditor.orchestrator.distributed import RayTrainLauncher
 from privauditor.tasks.cell import CellEnvironment, run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.spec import CellSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -52,6 +53,7 @@ def member_loss_scores(path):
 def rescored(technique, adapter_dir):
     """LOSS scores of the members with the saved adaptation reloaded onto a fresh base."""
     from privauditor.tasks.adaptations import build_adaptation
+    from privauditor.tasks.config import SplitConfig
     from privauditor.tasks.datasets import load_dataset
     from privauditor.tasks.models import load_model
     from privauditor.tasks.scoring import score_examples
@@ -59,7 +61,7 @@ def rescored(technique, adapter_dir):
 
     loaded = load_model("tiny-llama")
     model = build_adaptation(technique).load(loaded.model, loaded.family, adapter_dir)
-    members = draw_split(load_dataset("finance"), 16, 8, 8, 0).members
+    members = draw_split(load_dataset("finance"), SplitConfig(16, 8, 8), 0).members
     stats = score_examples(model, loaded.tokenizer, members, 48, False)
     return {e.sample_id: float(np.mean(s.logp)) for e, s in zip(members, stats, strict=True)}
 
@@ -75,9 +77,8 @@ def test_two_worker_deepspeed_cell_matches_one_process_and_reloads(ray_session, 
 
     record = json.loads((outcome.path / "cell.json").read_text())
     one = json.loads((local.path / "cell.json").read_text())
-    assert (
-        record["config"]["train"]["workers"] == 2 and record["config"]["train"]["deepspeed"]["stage"] == stage
-    )
+    train = CellSpec.from_dict(record["config"]).train
+    assert train.workers == 2 and train.deepspeed.stage == stage
     assert (outcome.path / "DONE").exists() and not (outcome.path / ".train").exists()
     assert record["trainable_params"] == one["trainable_params"] > 0
     losses, one_losses = record["train"]["epoch_losses"], one["train"]["epoch_losses"]

@@ -9,9 +9,18 @@ import torch
 
 from privauditor.orchestrator.cli import main
 from privauditor.tasks.errors import PrivauditorError, UnknownNameError
-from privauditor.tasks.models import FAMILIES, MODELS, _tiny, load_model, resolve_model
-from privauditor.tasks.models._pretrain import active_profile
-from privauditor.tasks.models._spec import TinyArchitecture
+from privauditor.tasks.models import (
+    FAMILIES,
+    MODELS,
+    TinyArchitecture,
+    _pretrain,
+    _tiny,
+    active_profile,
+    load_model,
+    masked_lm_path,
+    pretrain_report,
+    resolve_model,
+)
 
 TINY = ["tiny-llama", "tiny-opt", "tiny-bloom", "tiny-gptj", "tiny-t5", "tiny-gpt2"]
 PAPER = [
@@ -62,7 +71,7 @@ def test_missing_local_directory_and_bad_dtype_are_clear_errors(tmp_path):
 def test_tiny_base_is_really_pretrained(name):
     """Each offline base is built from its family's own architecture and beats the unigram baseline."""
     loaded = load_model(name)
-    report = _tiny.pretrain_report(loaded.path)
+    report = pretrain_report(loaded.path)
     assert loaded.model.config.model_type in loaded.family.model_types
     assert report["held_out_loss"] < report["unigram_loss"] - MIN_MARGIN_NATS, report
     assert report["loss_curve"][-1] < report["loss_curve"][0] - 2.0
@@ -77,7 +86,7 @@ def test_tiny_base_is_really_pretrained(name):
 
 @pytest.mark.slow
 def test_masked_lm_is_really_pretrained():
-    report = _tiny.pretrain_report(_tiny.masked_lm_dir())
+    report = pretrain_report(masked_lm_path())
     assert report["held_out_loss"] < report["unigram_loss"] - MIN_MARGIN_NATS, report
 
 
@@ -88,7 +97,7 @@ def test_cached_base_is_loaded_not_retrained(monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("a cached base was pre-trained again")
 
-    monkeypatch.setattr(_tiny, "pretrain", no_training)
+    monkeypatch.setattr(_pretrain, "pretrain", no_training)
     assert _tiny.tiny_base_dir("llama") == first
     assert load_model("tiny-llama").path == str(first)
 

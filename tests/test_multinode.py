@@ -75,7 +75,7 @@ def test_attack_actor_runs_on_its_trials_node(cluster):
     too, on every node of the cluster."""
     import ray
 
-    from privauditor.orchestrator.runner import ray_tasks
+    from privauditor.orchestrator.attack_actor import ray_tasks
 
     def node() -> str:
         return ray.get_runtime_context().get_node_id()

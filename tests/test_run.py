@@ -12,6 +12,7 @@ import yaml
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.leaderboard import COLUMNS
 from privauditor.tasks.attack_job import attack_job
+from privauditor.tasks.spec import CellSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -67,13 +68,16 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     record = json.loads((cell_dir / "cell.json").read_text())
     assert record["runtime"]["attacks"] == "ray actor tasks" and record["runtime"]["ray_node_id"]
     metrics = json.loads((cell_dir / "metrics.json").read_text())
-    attack = next(a for a in record["config"]["attacks"] if a != "reference")
-    params = record["config"]["attack_params"][attack]
-    resamples, seed = record["config"]["score"]["bootstrap"], record["config"]["seed"]
-    _, again = attack_job(attack, params, str(cell_dir / "signals.parquet"), None, resamples, seed)
-    assert again["auc"] == metrics[attack]["auc"] and again["auc_ci"] == metrics[attack]["auc_ci"]
-    # shared work once per (base, split): one reference-signal table, one neighbour table
-    assert len(list((out / "shared" / "signals").glob("*.parquet"))) == 1
+    spec = CellSpec.from_dict(record["config"])
+    for attack in spec.attacks:
+        files = {role: str(out / path) for role, path in record["views"][attack.name].items()}
+        signals = str(cell_dir / "signals.parquet")
+        _, again = attack_job(attack.name, attack.params, signals, files, spec.score.bootstrap, spec.seed)
+        assert (
+            again["auc"] == metrics[attack.name]["auc"] and again["auc_ci"] == metrics[attack.name]["auc_ci"]
+        )
+    # shared work once per (base, split): one table of the base's signals, one of neighbour texts
+    assert len(list((out / "shared" / "views" / "signals").glob("*.parquet"))) == 1
     assert len(list((out / "shared" / "neighbours").glob("*.parquet"))) == 1
 
     before = fingerprint(out)
@@ -86,7 +90,7 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     assert code == 0 and "2 already done, 1 to run" in printed
     assert len(list((out / "cells").glob("*/DONE"))) == 3
     assert {k: v for k, v in fingerprint(out).items() if k in before} == before
-    assert len(list((out / "shared" / "signals").glob("*.parquet"))) == 1  # reused by the new cell
+    assert len(list((out / "shared" / "views" / "signals").glob("*.parquet"))) == 1  # reused by the new cell
 
     changed = json.loads(json.dumps(SWEEP))
     changed["train"]["epochs"] = 2  # `none` trains nothing, but its resolved settings changed too

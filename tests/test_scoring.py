@@ -1,4 +1,4 @@
-"""The signal store's numbers: alignment with the scored text, batching, prompt learning, T5, gradients."""
+"""The signals' numbers: alignment with the scored text, batching, prompt learning, T5."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 
 from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.datasets import Example
-from privauditor.tasks.scoring import gradient_norms, score_examples
+from privauditor.tasks.scoring import score_examples
 from privauditor.tasks.training import apply_seeded, collate, encode
 
 from .helpers import EXAMPLES, fresh_base
@@ -97,17 +97,3 @@ def test_batching_with_padding_gives_the_numbers_of_one_text_at_a_time(family_na
         for field in ("logp", "mu", "sigma"):
             for other in (a, c, d):
                 np.testing.assert_allclose(getattr(other, field), getattr(b, field), rtol=1e-5, atol=1e-5)
-
-
-def test_gradient_norms_use_trainable_weights_or_all_for_a_frozen_model():
-    family, tokenizer, model = adapted("gpt2", "lora")
-    lora = gradient_norms(model, tokenizer, TEXTS[:3], 64, False)
-    assert lora.shape == (3,) and (lora > 0).all()
-    family, tokenizer, base = fresh_base("gpt2")
-    for p in base.parameters():
-        p.requires_grad_(False)
-    everything = gradient_norms(base, tokenizer, TEXTS[:3], 64, False)
-    assert (everything > lora).all()  # all ~1M parameters vs LoRA's few thousand
-    assert not any(p.requires_grad for p in base.parameters())  # left frozen as found
-    l1 = gradient_norms(base, tokenizer, TEXTS[:1], 64, False, norm=1.0)
-    assert l1[0] > everything[0]

@@ -31,6 +31,19 @@ def test_no_unsafe_loading_in_the_source():
     assert found == []
 
 
+def test_yaml_numbers_come_from_the_safe_loader_that_builds_no_objects():
+    import yaml
+
+    from privauditor.tasks.settings import _loader, load_yaml
+
+    assert issubclass(_loader(), yaml.SafeLoader)
+    assert load_yaml("{lr: 3e-4, big: 1E5, text: '3e-4', name: e5, count: 12}") == {
+        "lr": 3e-4, "big": 1e5, "text": "3e-4", "name": "e5", "count": 12,
+    }  # fmt: skip
+    with pytest.raises(yaml.YAMLError, match="python/object"):
+        load_yaml("!!python/object/apply:os.system ['echo unsafe']")
+
+
 def test_a_checkpoint_with_its_own_code_is_refused_unless_the_user_opts_in(tmp_path, monkeypatch):
     monkeypatch.delenv(TRUST_REMOTE_CODE_ENV, raising=False)
     loaded = load_model("tiny-gpt2", device="cpu")

@@ -1,14 +1,23 @@
-"""signals.parquet's contract columns, the signal store's cache keys, and the neighbour texts."""
+"""signals.parquet's contract columns, the view store's keys, and the neighbour texts."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from privauditor.tasks.neighbours import cached_neighbours, generate_neighbours
 from privauditor.tasks.scoring import TokenStats
-from privauditor.tasks.signals import SIGNALS_FORMAT, Signals, SignalStore, signal_key, write_table
+from privauditor.tasks.signals import Signals, write_table
+from privauditor.tasks.views import Cost, View
+from privauditor.tasks.views._base import ModelIdentity, ViewContext, aligned
+
+from .helpers import EXAMPLES
 
 
 def sample_signals(seed=0):
@@ -27,8 +36,6 @@ def sample_signals(seed=0):
 
 def test_parquet_has_the_contract_columns_and_types_and_round_trips(tmp_path):
     signals = sample_signals()
-    signals.neighbour_nll = [np.array([1.0, 2.0]), np.array([3.0, 4.0])]
-    signals.grad_norm = np.array([0.5, 1.5])
     write_table(signals.to_table(), tmp_path / "signals.parquet")
     table = pq.read_table(tmp_path / "signals.parquet")
     types = {f.name: str(f.type) for f in table.schema}
@@ -37,57 +44,85 @@ def test_parquet_has_the_contract_columns_and_types_and_round_trips(tmp_path):
     assert types["logp"] == types["mu"] == types["sigma"] == "list<element: float>"
     back = Signals.from_table(table)
     assert back.sample_id == ["a", "b"] and back.member.tolist() == [True, False]
-    for field in ("token_ids", "logp", "mu", "sigma", "neighbour_nll"):
+    for field in ("token_ids", "logp", "mu", "sigma"):
         for x, y in zip(getattr(back, field), getattr(signals, field), strict=True):
             np.testing.assert_array_equal(x, y)
-    assert back.zlib_bytes.tolist() == signals.zlib_bytes.tolist() and back.grad_norm.tolist() == [0.5, 1.5]
+    assert back.zlib_bytes.tolist() == signals.zlib_bytes.tolist()
     assert not (tmp_path / ".signals.parquet.tmp").exists() and len(list(tmp_path.iterdir())) == 1
 
 
-def test_aligned_to_reorders_every_column():
-    signals = sample_signals()
-    flipped = signals.aligned_to(["b", "a"])
+def test_aligned_reorders_a_views_rows_by_sample_id():
+    table = sample_signals().to_table()
+    flipped = Signals.from_table(aligned(table, ["b", "a"]))
     assert flipped.sample_id == ["b", "a"] and flipped.member.tolist() == [False, True]
-    np.testing.assert_array_equal(flipped.logp[0], signals.logp[1])
-    with pytest.raises(KeyError, match="lack 1"):
-        signals.aligned_to(["a", "zz"])
+    np.testing.assert_array_equal(flipped.logp[0], sample_signals().logp[1])
+    with pytest.raises(KeyError, match="lacks 1"):
+        aligned(table, ["a", "zz"])
 
 
-BASE_KEY = dict(
-    model_id="tiny-llama-abc",
-    revision=None,
-    adaptation_hash="none",
-    tokenizer_id="tok:4096",
-    dtype="torch.float32",
-    max_length=128,
-    text_hash="t1",
-)
+@dataclass(frozen=True)
+class CountingView(View):
+    """A view that counts its computations: the first text's length times ``scale``."""
+
+    scale: int = 1
+
+    name = "counting"
+    computed: ClassVar[list[int]] = []
+
+    def cost(self):
+        return Cost(forward=1)
+
+    def compute(self, context):
+        CountingView.computed.append(1)
+        examples = context.examples()
+        return pa.table({"sample_id": [e.sample_id for e in examples],
+                         "x": [len(e.target) * self.scale for e in examples]})  # fmt: skip
+
+    def read(self, table):
+        return table.column("x").to_pylist()
 
 
-def test_store_computes_once_per_key_and_never_reuses_a_stale_entry(tmp_path):
-    store = SignalStore(tmp_path)
-    calls = []
+IDENTITY = ModelIdentity("tiny-llama", "sha256:abc", "deadbeef", "tok:4096", "torch.float32")
 
-    def compute():
-        calls.append(1)
-        return sample_signals(len(calls))
 
-    first = store.get_or_compute(signal_key(**BASE_KEY), compute)
-    again = store.get_or_compute(signal_key(**BASE_KEY), compute)
-    assert len(calls) == 1 and np.array_equal(first.logp[0], again.logp[0])
-    for field, value in [
-        ("model_id", "tiny-opt-abc"),
-        ("revision", "v2"),
-        ("adaptation_hash", "deadbeef"),
-        ("tokenizer_id", "tok:50257"),
-        ("dtype", "torch.bfloat16"),
-        ("max_length", 64),
-        ("text_hash", "t2"),
-    ]:
-        before = len(calls)
-        store.get_or_compute(signal_key(**(BASE_KEY | {field: value})), compute)
-        assert len(calls) == before + 1, f"a changed {field} reused a stale entry"
-    assert signal_key(**BASE_KEY)["format"] == SIGNALS_FORMAT
+def context(tmp_path, identity=IDENTITY, max_length=128, seed=0, texts=EXAMPLES):
+    parts = {"members": texts[:2], "nonmembers": texts[2:]}
+    return ViewContext({"target": lambda: None}, {"target": identity}, parts, max_length, 8, seed,
+                       tmp_path / "shared", tmp_path / "cell")  # fmt: skip
+
+
+def test_a_view_is_computed_once_per_key_and_never_served_for_another(tmp_path):
+    """The key holds the model's name, weights, adaptation, tokenizer and dtype, the texts, max_length,
+    the seed and the view's own parameters: a change to any one computes anew."""
+    CountingView.computed.clear()
+    view = CountingView()
+    first = context(tmp_path).get(view)
+    assert context(tmp_path).get(view) == first and len(CountingView.computed) == 1
+    changes = [
+        {"identity": replace(IDENTITY, name="tiny-opt")},
+        {"identity": replace(IDENTITY, weights="sha256:abd")},
+        {"identity": replace(IDENTITY, adaptation="cafe")},
+        {"identity": replace(IDENTITY, tokenizer="tok:50257")},
+        {"identity": replace(IDENTITY, dtype="torch.bfloat16")},
+        {"max_length": 64},
+        {"seed": 1},
+        {"texts": [*EXAMPLES[:2], replace(EXAMPLES[2], target="another text")]},
+    ]
+    for change in changes:
+        before = len(CountingView.computed)
+        context(tmp_path, **change).get(view)
+        assert len(CountingView.computed) == before + 1, f"a changed {change} reused a stale entry"
+    assert context(tmp_path).get(CountingView(scale=2)) == [2 * x for x in first]
+    assert len(CountingView.computed) == len(changes) + 2
+
+
+def test_views_of_unadapted_models_are_shared_and_adapted_ones_stay_in_the_cell(tmp_path):
+    own = context(tmp_path).file(CountingView())
+    shared = context(tmp_path, identity=replace(IDENTITY, adaptation="none")).file(CountingView())
+    assert own.is_relative_to(tmp_path / "cell" / "views" / "counting")
+    assert shared.is_relative_to(tmp_path / "shared" / "views" / "counting")
+    key = json.loads(pq.read_schema(shared).metadata[b"privauditor.view_key"])
+    assert key["models"][0]["adaptation"] == "none" and key["version"] == CountingView.version
 
 
 TARGETS = [
@@ -129,9 +164,10 @@ def test_attack_job_reads_signals_without_torch_or_pandas(tmp_path):
 
     write_table(sample_signals().to_table(), tmp_path / "signals.parquet")
     assert read_table(tmp_path / "signals.parquet").equals(pq.read_table(tmp_path / "signals.parquet"), True)
+    signals = str(tmp_path / "signals.parquet")
     code = (
         "import sys; from privauditor.tasks.attack_job import attack_job;"
-        f"scores, metrics = attack_job('loss', {{}}, {str(tmp_path / 'signals.parquet')!r}, None, 10, 0);"
+        f"scores, metrics = attack_job('loss', {{}}, {signals!r}, {{'signals': {signals!r}}}, 10, 0);"
         "print(len(scores), 'auc' in metrics, 'torch' in sys.modules, 'pandas' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from privauditor.tasks.config import SplitConfig
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.splits import draw_split
+from privauditor.tasks.splits import PARTS, draw_split
+
+
+def sizes(members=50, nonmembers=50, validation=50, population=0, known_members=0):
+    return SplitConfig(members, nonmembers, validation, population, known_members)
 
 
 @pytest.fixture(scope="module")
@@ -19,45 +24,67 @@ def _ids(part):
 
 
 def test_parts_are_disjoint_and_sized(finance):
-    split = draw_split(finance, members=100, nonmembers=120, validation=80, seed=0)
-    members, nonmembers, validation = map(
-        set, (_ids(split.members), _ids(split.nonmembers), _ids(split.validation))
-    )
-    assert (len(members), len(nonmembers), len(validation)) == (100, 120, 80)
-    assert not members & nonmembers and not members & validation and not nonmembers & validation
-    texts = [e.text for part in (split.members, split.nonmembers, split.validation) for e in part]
+    split = draw_split(finance, sizes(100, 120, 80, 30, 20), seed=0)
+    ids = {part: set(_ids(getattr(split, part))) for part in PARTS}
+    assert [len(ids[p]) for p in PARTS] == [100, 120, 80, 30, 20]
+    assert sum(map(len, ids.values())) == len(set().union(*ids.values()))  # no record in two parts
+    texts = [e.text for part in PARTS for e in getattr(split, part)]
     assert len(set(texts)) == len(texts)
+    # known members are trained on, never scored; the population is neither
+    assert split.trained == split.members + split.known_members
+    assert split.scored == split.members + split.nonmembers
+    hashes = split.hashes()
+    assert set(hashes) == {*PARTS, "split"} and len(set(hashes.values())) == len(hashes)
+
+
+def test_adding_a_population_or_known_members_leaves_the_other_parts_as_they_were(finance):
+    plain = draw_split(finance, sizes(), seed=0)
+    more = draw_split(finance, sizes(population=40, known_members=10), seed=0)
+    for part in ("members", "nonmembers", "validation"):
+        assert getattr(plain, part) == getattr(more, part)
+    assert plain.sha256 != more.sha256 and plain.population == () and len(more.population) == 40
 
 
 def test_same_seed_same_split_and_hash(finance):
-    a = draw_split(finance, 50, 50, 50, seed=3)
-    b = draw_split(load_dataset("finance"), 50, 50, 50, seed=3)
+    a = draw_split(finance, sizes(), seed=3)
+    b = draw_split(load_dataset("finance"), sizes(), seed=3)
     assert _ids(a.members) == _ids(b.members) and _ids(a.validation) == _ids(b.validation)
     assert a.hashes() == b.hashes()
 
 
 def test_other_seed_other_split(finance):
-    a = draw_split(finance, 50, 50, 50, seed=0)
-    b = draw_split(finance, 50, 50, 50, seed=1)
+    a = draw_split(finance, sizes(), seed=0)
+    b = draw_split(finance, sizes(), seed=1)
     assert a.sha256 != b.sha256
     assert len(set(_ids(a.members)) & set(_ids(b.members))) < 25  # ~1 expected by chance
 
 
 def test_draw_is_iid_from_the_pool_not_a_prefix(finance):
-    split = draw_split(finance, 100, 100, 100, seed=0)
+    split = draw_split(finance, sizes(100, 100, 100), seed=0)
     positions = {e.sample_id: i for i, e in enumerate(finance.examples)}
     member_positions = sorted(positions[i] for i in _ids(split.members))
     assert member_positions[-1] > len(finance.examples) // 2  # not the first records
     assert split.dataset_sha256 == finance.sha256
 
 
-@pytest.mark.parametrize("sizes", [(0, 10, 10), (10, -1, 10), (10, 10, 0), (1.5, 10, 10)])
-def test_non_positive_sizes_are_rejected(finance, sizes):
-    with pytest.raises(PrivauditorError, match=r"split\.\w+ must be a positive integer"):
-        draw_split(finance, *sizes, seed=0)
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [
+        ({"members": 0}, "split.members must be at least 1"),
+        ({"nonmembers": -1}, "split.nonmembers must be at least 1"),
+        ({"validation": 0}, "split.validation must be at least 1"),
+        ({"population": -1}, "split.population must be at least 0"),
+        ({"members": 1.5}, "split.members must be int"),
+    ],
+)
+def test_bad_sizes_are_rejected(finance, bad, match):
+    from privauditor.tasks.settings import build
+
+    with pytest.raises(PrivauditorError, match=match):
+        build(SplitConfig, bad, "split")
 
 
 def test_more_records_than_the_dataset_has(finance):
     n = len(finance.examples)
     with pytest.raises(PrivauditorError, match=f"has {n}"):
-        draw_split(finance, n, 1, 1, seed=0)
+        draw_split(finance, sizes(n, 1, 1), seed=0)

@@ -9,6 +9,7 @@ import pytest
 
 from privauditor.orchestrator.runner import leaderboard
 from privauditor.orchestrator.storage import Results
+from privauditor.tasks.config import cell_config
 from privauditor.tasks.signals import write_json
 
 
@@ -33,8 +34,9 @@ def fake_cell(results, cell_id, auc):
             "roc": [[0, 0], [1, 1]],
         }
     }
+    spec = cell_config({"model": "tiny-gpt2", "adaptation": "lora", "dataset": "sql"}).resolve(build=False)
     record = {"cell_id": cell_id, "utility_loss": 5.0, "trainable_params": 3, "train": {"seconds": 1.0},
-              "config": {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "sql", "seed": 0}}  # fmt: skip
+              "config": spec.to_dict()}  # fmt: skip
     for name, data in (("metrics.json", metrics), ("cell.json", record), ("DONE", {"cell_id": cell_id})):
         write_json(folder / name, data)
 

@@ -56,11 +56,27 @@ def test_precedence_technique_then_train_then_overrides_then_set():
             {"model": "tiny-opt", "adaptation": "prompt", "train": {"lr": 0.7}},
         ],
     }
-    cells = {(c.model, c.adaptation, c.seed): c.resolved()["train"] for c in parse_sweep(data).cells}
-    assert cells[("tiny-llama", "lora", 0)] == cells[("tiny-llama", "lora", 0)] | {"epochs": 2, "lr": 1e-2}
-    assert cells[("tiny-llama", "prompt", 0)]["lr"] == 0.5 and cells[("tiny-opt", "prompt", 1)]["lr"] == 0.7
+    cells = {(c.model, c.adaptation, c.seed): c.resolve(build=False).train for c in parse_sweep(data).cells}
+    assert (cells[("tiny-llama", "lora", 0)].epochs, cells[("tiny-llama", "lora", 0)].lr) == (2, 1e-2)
+    assert cells[("tiny-llama", "prompt", 0)].lr == 0.5 and cells[("tiny-opt", "prompt", 1)].lr == 0.7
     forced = parse_sweep(data, assignments=["train.lr=0.02"]).cells
-    assert {c.resolved()["train"]["lr"] for c in forced} == {0.02}
+    assert {c.resolve(build=False).train.lr for c in forced} == {0.02}
+
+
+def test_numbers_are_numbers_however_they_are_written(tmp_path):
+    """The paper's learning rate copied as written (PyYAML alone reads ``3e-4`` as a string)."""
+    path = tmp_path / "paper-lr.yaml"
+    path.write_text(
+        yaml.safe_dump(BASE)[:-1] + "\ntrain: {lr: 3e-4, epochs: 2}\nattack_params: {min_k: {k: 2E-1}}\n"
+    )
+    sweep = load_sweep(str(path), ["train.batch_size=4"])
+    assert {c.train.lr for c in sweep.cells} == {3e-4} and {c.train.batch_size for c in sweep.cells} == {4}
+    assert {c.resolve(build=False).attack("min_k").params["k"] for c in sweep.cells} == {0.2}
+    assert {c.train.lr for c in load_sweep(str(path), ["train.lr=3e-3"]).cells} == {3e-3}
+    path.write_text(path.read_text().replace("3e-4", "fast"))
+    with pytest.raises(PrivauditorError, match="train.lr must be a number or null, not 'fast'") as error:
+        load_sweep(str(path))
+    assert "\n" not in str(error.value)
 
 
 def test_run_block_takes_fractional_gpus():
@@ -91,6 +107,10 @@ def test_exclude_drops_matching_cells():
         (BASE | {"matrix": BASE["matrix"] | {"model": ["tiny-lama"]}}, "did you mean 'tiny-llama'"),
         (BASE | {"attacks": ["loss", "zlibb"]}, "did you mean 'zlib'"),
         (BASE | {"split": {"members": "many"}}, "must be int"),
+        (
+            BASE | {"train": {"lr": "3e-4"}},
+            "train.lr must be a number or null, not '3e-4'",
+        ),  # quoted: a string
         (BASE | {"exclude": [{"modle": "tiny-opt"}]}, "did you mean 'model'"),
         (BASE | {"run": {"max_failure": 1}}, "did you mean 'max_failures'"),
         (BASE | {"run": {"gpus_per_trial": "many"}}, "auto, null or a number"),
@@ -141,8 +161,8 @@ def test_paper_sweep_resolves_every_cell_with_resources_and_deepspeed(capsys):
 
 
 def test_trial_resources_come_from_the_model_spec_unless_the_run_block_sets_them():
-    from privauditor.orchestrator.runner import trial_resources
     from privauditor.orchestrator.sweep import RunSettings
+    from privauditor.orchestrator.trials import trial_resources
 
     tiny, big = (
         cell_config({"model": m, "adaptation": "lora", "dataset": "finance"})

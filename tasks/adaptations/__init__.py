@@ -6,7 +6,7 @@ One plugin file per technique, registered under its file stem in ``ADAPTATIONS``
 from ..registry import Registry
 from ._base import Adaptation
 
-ADAPTATIONS: Registry[type[Adaptation]] = Registry("adaptation", __name__)
+ADAPTATIONS: Registry[type[Adaptation]] = Registry("adaptation", __name__, group="privauditor.adaptations")
 
 
 def build_adaptation(name: str, params: dict | None = None) -> Adaptation:

@@ -25,6 +25,8 @@ class Adaptation:
     name: ClassVar[str]
     #: The paper (link) that introduced the technique.
     paper: ClassVar[str] = ""
+    #: Bump whenever a change to the technique alters what it trains (part of every cell id that uses it).
+    version: ClassVar[int] = 1
     #: Default learning rate and epochs for this technique (a sweep's ``train`` block overrides them).
     default_lr: ClassVar[float] = 1e-4
     default_epochs: ClassVar[int] = 3

@@ -1,13 +1,14 @@
 """Membership-inference attacks, one plugin file each, registered under the file stem in ``ATTACKS``.
 
-An attack is a pure function from stored signals (plus the extra views it declares in ``needs``) to one
-score per sample, higher = more likely a member. Hyper-parameters are dataclass fields.
+An attack declares the views it reads (``views()``: role → view, by default the target's signals) and is
+a pure function from those views to one score per scored sample, higher = more likely a member.
+Hyper-parameters are dataclass fields.
 """
 
 from ..registry import Registry
 from ._base import Attack
 
-ATTACKS: Registry[type[Attack]] = Registry("attack", __name__)
+ATTACKS: Registry[type[Attack]] = Registry("attack", __name__, group="privauditor.attacks")
 
 
 def build_attack(name: str, params: dict | None = None) -> Attack:

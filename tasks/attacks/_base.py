@@ -2,45 +2,69 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ..errors import PrivauditorError
 
-#: Extra views an attack may declare; the cell computes only those some chosen attack needs.
-VIEWS = ("reference", "neighbours", "gradients")
+if TYPE_CHECKING:
+    from ..views import Cost, View
 
 
 class Attack:
-    """Base class of attack plugins; subclasses are ``@dataclass``es of hyper-parameters."""
+    """Base class of attack plugins; subclasses are ``@dataclass``es of hyper-parameters.
+
+    ``views()`` names the inputs by role (``signals`` → the target's per-token signals, ...); ``score``
+    gets each role's view as that view's ``read`` gives it, rows in the scored samples' order.
+    """
 
     name: ClassVar[str]
     #: The paper (link) that introduced the attack.
     paper: ClassVar[str] = ""
-    #: Extra views beyond the target model's token signals: a subset of :data:`VIEWS`.
-    needs: ClassVar[tuple[str, ...]] = ()
+    #: Bump whenever a change to the attack alters its scores (it is part of the id of every cell it runs in).
+    version: ClassVar[int] = 1
 
-    def score(self, signals: Any, reference: Any = None) -> np.ndarray:
-        """One float64 score per row of ``signals`` (higher = member); ``reference`` is the reference
-        model's :class:`~privauditor.tasks.signals.Signals` aligned to the same samples, when needed."""
+    def __post_init__(self) -> None:
+        self.views()  # an attack's hyper-parameters are valid when the views they ask for are
+
+    def views(self) -> dict[str, View]:
+        """The views the attack reads, by role: the target's signals unless it says otherwise."""
+        from ..views import build_view
+
+        return {"signals": build_view("signals")}
+
+    def score(self, views: Mapping[str, Any]) -> np.ndarray:
+        """One float64 score per scored sample, higher = member."""
         raise NotImplementedError
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
+
+    def cost(self) -> Cost:
+        """Passes per scored text, summed over the views it reads (views attacks share are paid once)."""
+        from ..views import Cost
+
+        return sum((view.cost() for view in self.views().values()), Cost())
 
 
 def check_fraction(attack: str, field: str, value: float) -> None:
     """A one-line error unless ``0 < value <= 1``."""
-    if not isinstance(value, int | float) or not 0 < value <= 1:
+    if not 0 < value <= 1:
         raise PrivauditorError(f"attack '{attack}': {field} must be a fraction in (0, 1], not {value!r}")
 
 
 def lowest_k_mean(values: list[np.ndarray], k: float) -> np.ndarray:
-    """Per sample, the mean of the lowest ``ceil(k * n)`` of its ``n`` token values (at least one)."""
+    """Per sample, the mean of its lowest ``max(1, int(k * n))`` of ``n`` token values: the count the
+    Min-K% papers' code and MIMIR keep (``int`` rounds down; at least one token)."""
     out = np.empty(len(values), dtype=np.float64)
     for i, v in enumerate(values):
         v = np.asarray(v, dtype=np.float64)
         if not len(v):
             out[i] = np.nan
             continue
-        count = max(1, int(np.ceil(k * len(v))))
+        count = max(1, int(k * len(v)))
         out[i] = np.partition(v, count - 1)[:count].mean()
     return out

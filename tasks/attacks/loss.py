@@ -22,5 +22,5 @@ class LossAttack(Attack):
     name = "loss"
     paper = "https://arxiv.org/abs/1709.01604"
 
-    def score(self, signals, reference=None) -> np.ndarray:
-        return -signals.nll
+    def score(self, views) -> np.ndarray:
+        return -views["signals"].nll

@@ -2,7 +2,8 @@
 https://arxiv.org/abs/2310.16789).
 
 score = mean log p of the K % least likely target tokens (K 20 % by default): non-members have some
-very unlikely tokens, members fewer.
+very unlikely tokens, members fewer. K % of n tokens is ``max(1, int(K * n))`` tokens, as the paper's code
+and MIMIR count them (rounded down, at least one).
 """
 
 from __future__ import annotations
@@ -28,5 +29,5 @@ class MinKAttack(Attack):
     def __post_init__(self) -> None:
         check_fraction(self.name, "k", self.k)
 
-    def score(self, signals, reference=None) -> np.ndarray:
-        return lowest_k_mean(signals.logp, self.k)
+    def score(self, views) -> np.ndarray:
+        return lowest_k_mean(views["signals"].logp, self.k)

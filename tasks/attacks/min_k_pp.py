@@ -3,7 +3,8 @@ Data from Large Language Models", https://arxiv.org/abs/2404.02936).
 
 Each token's log p is standardised by the model's own distribution at that position,
 (log p(x_t) − mu_t) / sigma_t, with mu_t and sigma_t the mean and standard deviation of log p over the
-vocabulary under p (stored per token by the signal store); score = mean of the lowest K % (20 %).
+vocabulary under p (stored per token by the signal store); score = mean of the lowest K % (20 %), counted
+as ``max(1, int(K * n))`` tokens like Min-K% (the paper's code and MIMIR).
 Members sit at local maxima of the likelihood, so their tokens stand out against the distribution.
 """
 
@@ -30,7 +31,8 @@ class MinKPlusPlusAttack(Attack):
     def __post_init__(self) -> None:
         check_fraction(self.name, "k", self.k)
 
-    def score(self, signals, reference=None) -> np.ndarray:
+    def score(self, views) -> np.ndarray:
+        signals = views["signals"]
         tiny = np.float32(1e-12)  # a one-hot distribution has sigma 0
         z = [
             (lp - mu) / np.maximum(sd, tiny)

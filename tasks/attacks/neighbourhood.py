@@ -1,11 +1,12 @@
 """``neighbourhood``: the neighbourhood attack of Mattern et al. 2023, "Membership Inference Attacks
 against Language Models via Neighbourhood Comparison", https://arxiv.org/abs/2305.18462.
 
-Each text gets ``k`` neighbours, near-copies made by a masked LM's substitutions (the offline tiny masked
-LM, generated once per dataset split and shared by every cell; see ``privauditor.tasks.neighbours``).
+Each text gets ``k`` neighbours, near-copies made by a masked LM's substitutions (the ``neighbours``
+view: the offline tiny masked LM's, generated once per dataset split and shared by every cell).
 score = mean NLL of the neighbours − NLL of the text, both under the adapted model: a member's loss is
 lower than its neighbours', a non-member's is not. The paper uses k 25 (the default); a sweep may set a
-smaller k where time is short.
+smaller k where time is short. Two neighbourhood attacks with other ``k`` or ``mask_fraction`` read
+views of their own.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PrivauditorError
 from . import ATTACKS
 from ._base import Attack
 
@@ -29,18 +29,13 @@ class NeighbourhoodAttack(Attack):
 
     name = "neighbourhood"
     paper = "https://arxiv.org/abs/2305.18462"
-    needs = ("neighbours",)
 
-    def __post_init__(self) -> None:
-        if type(self.k) is not int or self.k < 1:
-            raise PrivauditorError(f"attack 'neighbourhood': k must be a positive int, not {self.k!r}")
-        if not isinstance(self.mask_fraction, int | float) or not 0 < self.mask_fraction < 1:
-            raise PrivauditorError(
-                f"attack 'neighbourhood': mask_fraction must be in (0, 1), not {self.mask_fraction!r}"
-            )
+    def views(self) -> dict:
+        from ..views import build_view
 
-    def score(self, signals, reference=None) -> np.ndarray:
-        if signals.neighbour_nll is None:
-            raise ValueError("the neighbourhood attack needs the neighbours' NLL (signals.neighbour_nll)")
-        neighbours = np.array([np.mean(n[: self.k]) for n in signals.neighbour_nll], dtype=np.float64)
-        return neighbours - signals.nll
+        neighbours = build_view("neighbours", {"k": self.k, "mask_fraction": self.mask_fraction})
+        return {"signals": build_view("signals"), "neighbours": neighbours}
+
+    def score(self, views) -> np.ndarray:
+        neighbours = np.array([np.mean(n) for n in views["neighbours"]], dtype=np.float64)
+        return neighbours - views["signals"].nll

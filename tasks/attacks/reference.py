@@ -25,9 +25,11 @@ class ReferenceAttack(Attack):
 
     name = "reference"
     paper = "https://arxiv.org/abs/2012.07805"
-    needs = ("reference",)
 
-    def score(self, signals, reference=None) -> np.ndarray:
-        if reference is None:
-            raise ValueError("the reference attack needs the reference model's signals")
-        return reference.nll - signals.nll
+    def views(self) -> dict:
+        from ..views import build_view
+
+        return {"signals": build_view("signals"), "reference": build_view("signals", {"model": "reference"})}
+
+    def score(self, views) -> np.ndarray:
+        return views["reference"].nll - views["signals"].nll

@@ -26,5 +26,6 @@ class ZlibAttack(Attack):
     name = "zlib"
     paper = "https://arxiv.org/abs/2012.07805"
 
-    def score(self, signals, reference=None) -> np.ndarray:
+    def score(self, views) -> np.ndarray:
+        signals = views["signals"]
         return -signals.nll / np.maximum(signals.zlib_bytes, 1).astype(np.float64)

@@ -22,17 +22,27 @@ import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import DataError
 from ..registry import Registry, unknown_name_message
 from ._base import MAX_RECORD_CHARS, DatasetPlugin, Example, LoadReport, build_examples, content_hash
 from ._sources import FILE_SUFFIXES, read_file, read_hub
 
-DATASETS: Registry[type[DatasetPlugin]] = Registry("dataset", __name__)
+DATASETS: Registry[type[DatasetPlugin]] = Registry("dataset", __name__, group="privauditor.datasets")
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DATASETS", "DatasetPlugin", "Example", "LoadedDataset", "LoadReport", "load_dataset"]
+__all__ = [
+    "DATASETS",
+    "DatasetPlugin",
+    "Example",
+    "LoadedDataset",
+    "LoadReport",
+    "content_hash",
+    "dataset_identity",
+    "load_dataset",
+]
 
 
 @dataclass(frozen=True)
@@ -78,12 +88,8 @@ def load_dataset(
 
     path = Path(name).expanduser()
     if path.is_file():
-        rows = list(read_file(path))
-        columns = {k for _, row in rows if isinstance(row, dict) for k in row}
-        generic = "text" in columns or {"prompt", "target"} <= columns
-        if plugin_cls is None and not generic:  # a user's own text file stays generic
-            plugin_cls = _plugin_for_columns(columns)
-        return _finish(name, path.name, rows, plugin_cls() if plugin_cls else None, max_chars)
+        stat = path.stat()
+        return _local_file(name, schema, max_chars, str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
     plugin_cls = plugin_cls or _plugin_for_hub_id(name)
     looks_like_id = (
@@ -98,6 +104,31 @@ def load_dataset(
     config = plugin.hub_config if name == plugin.hub_id else None
     rows = list(read_hub(name, config, plugin.hub_split, revision))
     return _finish(name, name, rows, plugin, max_chars)
+
+
+def dataset_identity(name: str, revision: str | None = None) -> str:
+    """What a dataset's records are, for cell ids: ``sha256:<hex>`` of the rendered records of an offline
+    dataset or a local file (read once per process while the file is unchanged), or, for a dataset on the
+    hub (whose records cannot be read without it), ``hub:<id>@<revision>``."""
+    if name in DATASETS or Path(name).expanduser().exists():
+        return f"sha256:{load_dataset(name).sha256}"
+    if _plugin_for_hub_id(name) is None:
+        load_dataset(name)  # the loader's one-line error for a name that is none of the above
+    return f"hub:{name}@{revision or 'main'}"
+
+
+@functools.lru_cache(maxsize=16)
+def _local_file(name: str, schema: str | None, max_chars: int, *file: Any) -> LoadedDataset:
+    """A local file's dataset, read once per process while the file (``file``: path, size, modification
+    time) is unchanged."""
+    path = Path(file[0])
+    plugin_cls = DATASETS.get(schema) if schema else None
+    rows = list(read_file(path))
+    columns = {k for _, row in rows if isinstance(row, dict) for k in row}
+    generic = "text" in columns or {"prompt", "target"} <= columns
+    if plugin_cls is None and not generic:  # a user's own text file stays generic
+        plugin_cls = _plugin_for_columns(columns)
+    return _finish(name, path.name, rows, plugin_cls() if plugin_cls else None, max_chars)
 
 
 @functools.lru_cache(maxsize=8)

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -25,20 +26,39 @@ from typing import Any
 
 from ..errors import PrivauditorError, UnknownNameError, one_line
 from ..registry import unknown_name_message
-from ._spec import FAMILIES, MODELS, Family, ModelSpec, Resources, TinyArchitecture
+from ._spec import (
+    FAMILIES,
+    MODELS,
+    PROFILES,
+    Family,
+    ModelSpec,
+    PretrainProfile,
+    Resources,
+    TinyArchitecture,
+    active_profile,
+)
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "FAMILIES",
     "MODELS",
+    "PROFILES",
     "Family",
     "LoadedModel",
     "ModelSpec",
+    "PretrainProfile",
     "Resources",
     "TinyArchitecture",
+    "active_profile",
+    "checkpoint_identity",
+    "checkpoint_path",
     "load_model",
+    "masked_lm_identity",
+    "masked_lm_path",
+    "pretrain_report",
     "resolve_model",
+    "weights_identity",
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -115,13 +135,92 @@ class LoadedModel:
         return self.family.seq2seq
 
 
-def checkpoint_path(spec: ModelSpec) -> str:
-    """Where the weights of ``spec`` are (building a tiny base first if it is not cached)."""
-    if spec.source == "tiny":
-        from ._tiny import tiny_base_dir
+def checkpoint_path(
+    model: str | ModelSpec, build: bool = True, profile: PretrainProfile | None = None
+) -> str | None:
+    """Where the weights of a model are: an offline tiny base is pre-trained first if it is not cached
+    (with ``build`` False, None instead), with ``profile`` or the active pre-training profile."""
+    spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    if spec.source != "tiny":
+        return spec.path
+    from ._tiny import tiny_base_dir
 
-        return str(tiny_base_dir(spec.family))
-    return spec.path
+    found = _located(("base", spec.family), profile, lambda p: tiny_base_dir(spec.family, p, build=build))
+    return None if found is None else str(found)
+
+
+def masked_lm_path(build: bool = True, profile: PretrainProfile | None = None) -> Path | None:
+    """The offline tiny masked LM that proposes neighbour texts (pre-trained first if it is not cached;
+    with ``build`` False, None instead)."""
+    from ._tiny import masked_lm_dir
+
+    return _located(("masked_lm",), profile, lambda p: masked_lm_dir(p, build=build))
+
+
+_FOUND: dict[tuple, Path] = {}
+
+
+def _located(what: tuple, profile: PretrainProfile | None, look: Any) -> Path | None:
+    """An offline artefact's cache folder, remembered once found (finding it reads the corpus and the
+    tokenizer to rebuild its exact key: resolving a sweep's cells asks hundreds of times)."""
+    from ..cache import cache_root
+
+    profile = profile or active_profile()
+    key = (*what, profile, str(cache_root()))
+    if key in _FOUND and (_FOUND[key] / "key.json").exists():
+        return _FOUND[key]
+    found = look(profile)
+    if found is not None:
+        _FOUND[key] = found
+    return found
+
+
+def pretrain_report(path: str | Path) -> dict[str, Any]:
+    """The ``pretrain.json`` of an offline tiny base or masked LM: held-out and unigram loss, timings."""
+    return json.loads((Path(path) / "pretrain.json").read_text())
+
+
+#: weight files whose bytes identify a checkpoint
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def weights_identity(model: str | ModelSpec, build: bool = True) -> str | None:
+    """What a model's weights are, for cell ids: ``sha256:<hex>`` of an offline or local checkpoint's
+    weight files (names and bytes), ``revision:<revision>`` of a Hugging Face checkpoint (``main`` unless
+    one is pinned). None for an offline base that is not built when ``build`` is False. A process reads a
+    checkpoint's bytes once (hashes are kept by file size and modification time)."""
+    spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    if spec.source == "hub":
+        return f"revision:{spec.revision or 'main'}"
+    path = checkpoint_path(spec, build)
+    return None if path is None else checkpoint_identity(Path(path))
+
+
+def masked_lm_identity(build: bool = True) -> str | None:
+    """:func:`weights_identity` of the offline masked LM that makes neighbour texts."""
+    path = masked_lm_path(build)
+    return None if path is None else checkpoint_identity(path)
+
+
+_HASHES: dict[tuple, str] = {}
+
+
+def checkpoint_identity(folder: Path) -> str:
+    """``sha256:<hex>`` over the names and bytes of a checkpoint folder's weight files."""
+    files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not files:
+        raise PrivauditorError(f"model directory {folder} has no weight files ({', '.join(WEIGHT_SUFFIXES)})")
+    stats = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    key = (str(folder.resolve()), stats)
+    if key not in _HASHES:
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(file.name.encode() + b"\x00")
+            with open(file, "rb") as handle:
+                while chunk := handle.read(1 << 24):
+                    digest.update(chunk)
+        _HASHES[key] = f"sha256:{digest.hexdigest()}"
+    return _HASHES[key]
 
 
 TRUST_REMOTE_CODE_ENV = "PRIVAUDITOR_TRUST_REMOTE_CODE"
@@ -143,6 +242,7 @@ def load_model(model: str | ModelSpec, device: str | None = None) -> LoadedModel
     spec = model if isinstance(model, ModelSpec) else resolve_model(model)
     family = FAMILIES.get(spec.family)
     path = checkpoint_path(spec)
+    assert path is not None
     auto = AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

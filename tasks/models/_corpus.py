@@ -82,10 +82,14 @@ def _build(out: Path) -> None:
                 handle.write(json.dumps({"split": split, "text": paragraph}) + "\n")
 
 
-def load_corpus() -> Corpus:
-    """The corpus, extracted once into the cache (a few seconds) and read back from there."""
+def load_corpus(build: bool = True) -> Corpus | None:
+    """The corpus, extracted once into the cache (a few seconds) and read back from there (None if it is
+    not extracted yet and ``build`` is False)."""
     key = {"format": CORPUS_FORMAT, "source": "gensim-4.4.0", "files": [_WIKI_FILE, _NEWS_FILE]}
-    path = cached_dir("corpus", "general-english", key, _build) / "corpus.jsonl"
+    folder = cached_dir("corpus", "general-english", key, _build if build else None)
+    if folder is None:
+        return None
+    path = folder / "corpus.jsonl"
     train, held_out = [], []
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)

@@ -15,50 +15,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
-from ._spec import profile_name
+from ._spec import PretrainProfile
+from ._tiny import MASK_RATE
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PretrainProfile:
-    """How long and how hard to pre-train. Part of every tiny base's cache key."""
-
-    name: str
-    steps: int
-    batch_size: int
-    seq_len: int
-    lr: float
-    warmup: int
-    eval_windows: int = 256
-    seed: int = 0
-
-
-PROFILES = {
-    # ~1.4M tokens, under three passes over the corpus's 0.5M training tokens. Windows of 256 train
-    # every position a sweep uses (max_length plus virtual tokens) in the learned-position families.
-    "default": PretrainProfile("default", steps=700, batch_size=8, seq_len=256, lr=1e-2, warmup=40),
-    # For tests: about a minute per base. Tiny bases sit near the unigram loss for the first ~300k
-    # tokens and only then learn context, so this is the least that clearly beats the baseline.
-    "fast": PretrainProfile(
-        "fast", steps=600, batch_size=8, seq_len=128, lr=1e-2, warmup=40, eval_windows=96
-    ),
-}
-
-
-def active_profile(name: str | None = None) -> PretrainProfile:
-    """The named profile, else ``$PRIVAUDITOR_PRETRAIN_PROFILE``, else ``default``."""
-    from ..errors import PrivauditorError
-    from ..registry import unknown_name_message
-
-    name = profile_name(name)
-    if name not in PROFILES:
-        raise PrivauditorError(unknown_name_message("pre-training profile", name, list(PROFILES)))
-    return PROFILES[name]
 
 
 def token_stream(texts, tokenizer) -> torch.Tensor:
@@ -71,11 +35,6 @@ def token_stream(texts, tokenizer) -> torch.Tensor:
 
 def _windows(stream: torch.Tensor, seq_len: int, starts: torch.Tensor) -> torch.Tensor:
     return torch.stack([stream[s : s + seq_len] for s in starts.tolist()])
-
-
-# Share of positions a masked LM predicts. BERT's 15 % left a tiny MLM at the unigram loss after 600
-# steps here; 40 % (Wettig et al. 2023, https://arxiv.org/abs/2202.08005) gives each step more signal.
-MASK_RATE = 0.4
 
 
 def _mask_tokens(batch: torch.Tensor, tokenizer, vocab_size: int, gen: torch.Generator):

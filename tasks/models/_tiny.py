@@ -14,9 +14,12 @@ from pathlib import Path
 
 from ..cache import cached_dir
 from ._corpus import load_corpus
-from ._pretrain import MASK_RATE, PretrainProfile, active_profile, pretrain
-from ._spec import FAMILIES, TinyArchitecture
+from ._spec import FAMILIES, PretrainProfile, TinyArchitecture, active_profile
 from ._tokenizer import tokenizer_dir
+
+# Share of positions the masked LM predicts. BERT's 15 % left a tiny MLM at the unigram loss after 600
+# steps here; 40 % (Wettig et al. 2023, https://arxiv.org/abs/2202.08005) gives each step more signal.
+MASK_RATE = 0.4
 
 TINY_FORMAT = 2  # bump when a change to this module changes the weights built for the same key
 MASKED_LM_ARCH = TinyArchitecture(hidden=128, layers=2, heads=4, ffn=512, max_positions=512)
@@ -36,6 +39,8 @@ def _build_and_save(
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
+    from ._pretrain import pretrain
+
     auto = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM, "mlm": AutoModelForMaskedLM}[
         objective
     ]
@@ -50,17 +55,21 @@ def _build_and_save(
     (out / "pretrain.json").write_text(json.dumps(report, indent=2))
 
 
-def _tokenizer():
-    """The corpus, the cached tokenizer's directory and the tokenizer itself."""
+def _tokenizer(build: bool = True):
+    """The corpus, the cached tokenizer's directory and the tokenizer itself (None when not built and
+    ``build`` is False)."""
     from transformers import AutoTokenizer
 
-    corpus = load_corpus()
-    tok_dir = tokenizer_dir(corpus)
+    corpus = load_corpus(build)
+    tok_dir = None if corpus is None else tokenizer_dir(corpus, build=build)
+    if tok_dir is None:
+        return None
     return corpus, tok_dir, AutoTokenizer.from_pretrained(tok_dir)
 
 
-def _cached_model(label, config, objective, profile, corpus, tok_dir, **extra_key) -> Path:
-    """The cache directory of one pre-trained model, keyed by everything its weights depend on."""
+def _cached_model(label, config, objective, profile, corpus, tok_dir, build=True, **extra_key) -> Path | None:
+    """The cache directory of one pre-trained model, keyed by everything its weights depend on (None
+    when it is not built and ``build`` is False)."""
     key = {
         "format": TINY_FORMAT,
         "config": config.to_dict(),
@@ -71,29 +80,36 @@ def _cached_model(label, config, objective, profile, corpus, tok_dir, **extra_ke
         **extra_key,
     }
     key["config"].pop("transformers_version", None)  # a library upgrade alone does not change weights
-    return cached_dir(
-        "bases",
-        f"{label}-{profile.name}",
-        key,
-        lambda out: _build_and_save(out, config, objective, label, tok_dir, profile),
-    )
+
+    def build_and_save(out: Path) -> None:
+        _build_and_save(out, config, objective, label, tok_dir, profile)
+
+    return cached_dir("bases", f"{label}-{profile.name}", key, build_and_save if build else None)
 
 
 def tiny_base_dir(
-    family_name: str, profile: PretrainProfile | None = None, arch: TinyArchitecture | None = None
-) -> Path:
-    """The cached checkpoint directory of ``tiny-<family_name>``, pre-training it first if needed."""
+    family_name: str,
+    profile: PretrainProfile | None = None,
+    arch: TinyArchitecture | None = None,
+    build: bool = True,
+) -> Path | None:
+    """The cached checkpoint directory of ``tiny-<family_name>``, pre-training it first if needed (with
+    ``build`` False, None when it is not built)."""
     family = FAMILIES.get(family_name)
     profile = profile or active_profile()
     profile = replace(profile, lr=profile.lr * family.pretrain_lr_scale)
-    corpus, tok_dir, tokenizer = _tokenizer()
+    found = _tokenizer(build)
+    if found is None:
+        return None
+    corpus, tok_dir, tokenizer = found
     config = family.tiny_config(arch or TinyArchitecture(), len(tokenizer), _special_ids(tokenizer))
     objective = "seq2seq" if family.seq2seq else "causal"
-    return _cached_model(f"tiny-{family_name}", config, objective, profile, corpus, tok_dir)
+    return _cached_model(f"tiny-{family_name}", config, objective, profile, corpus, tok_dir, build)
 
 
-def masked_lm_dir(profile: PretrainProfile | None = None) -> Path:
-    """The cached small masked LM (BERT architecture) that proposes neighbour substitutions."""
+def masked_lm_dir(profile: PretrainProfile | None = None, build: bool = True) -> Path | None:
+    """The cached small masked LM (BERT architecture) that proposes neighbour substitutions (with
+    ``build`` False, None when it is not built)."""
     from transformers import BertConfig
 
     profile = profile or active_profile()
@@ -101,7 +117,10 @@ def masked_lm_dir(profile: PretrainProfile | None = None) -> Path:
     # 2e-3), and a masked LM learns from a fraction of the positions only: a fifth of the rate, twice
     # the steps.
     profile = replace(profile, lr=profile.lr * 0.2, steps=profile.steps * 2)
-    corpus, tok_dir, tokenizer = _tokenizer()
+    found = _tokenizer(build)
+    if found is None:
+        return None
+    corpus, tok_dir, tokenizer = found
     arch = MASKED_LM_ARCH
     config = BertConfig(
         vocab_size=len(tokenizer),
@@ -115,7 +134,7 @@ def masked_lm_dir(profile: PretrainProfile | None = None) -> Path:
         attention_probs_dropout_prob=0.0,
         pad_token_id=tokenizer.pad_token_id,
     )
-    return _cached_model("tiny-mlm", config, "mlm", profile, corpus, tok_dir, mask_rate=MASK_RATE)
+    return _cached_model("tiny-mlm", config, "mlm", profile, corpus, tok_dir, build, mask_rate=MASK_RATE)
 
 
 def pretrain_report(path: str | Path) -> dict:

@@ -24,10 +24,11 @@ SPECIAL_TOKENS = {
 }
 
 
-def tokenizer_dir(corpus: Corpus, vocab_size: int = VOCAB_SIZE) -> Path:
-    """The cached tokenizer directory (``PreTrainedTokenizerFast`` files), trained if missing."""
+def tokenizer_dir(corpus: Corpus, vocab_size: int = VOCAB_SIZE, build: bool = True) -> Path | None:
+    """The cached tokenizer directory (``PreTrainedTokenizerFast`` files), trained if missing (None
+    instead when ``build`` is False)."""
 
-    def build(out: Path) -> None:
+    def train(out: Path) -> None:
         from tokenizers import ByteLevelBPETokenizer
         from transformers import PreTrainedTokenizerFast
 
@@ -45,4 +46,4 @@ def tokenizer_dir(corpus: Corpus, vocab_size: int = VOCAB_SIZE) -> Path:
         "vocab_size": vocab_size,
         "specials": SPECIAL_TOKENS,
     }
-    return cached_dir("tokenizer", f"bpe{vocab_size}", key, build)
+    return cached_dir("tokenizer", f"bpe{vocab_size}", key, train if build else None)

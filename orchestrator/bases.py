@@ -1,0 +1,55 @@
+"""Offline models a sweep needs, built once before its trials start: one Ray task each.
+
+A cell's id hashes the weights of its base (and of any model a view uses, such as the masked LM that
+makes neighbour texts), so those must exist before the sweep can tell which cells are done. Each missing
+one is built by one Ray task with one torch thread (two builds share the cores), not by racing trials;
+a warm cache starts no task at all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+def missing(specs: Sequence[Any]) -> list[tuple[str, str, tuple]]:
+    """What is not built yet for ``specs`` (resolved without building): ``("model", name, ())`` for a base
+    or reference model, ``("view", name, params)`` for a view's auxiliary model, each once."""
+    found: dict[tuple, None] = {}
+    for spec in specs:
+        if spec.base is None:
+            found[("model", spec.model, ())] = None
+        if spec.reference is not None and spec.reference_weights is None:
+            found[("model", spec.reference, ())] = None
+        for attack in spec.attacks:
+            for view in attack.views.values():
+                if any(v is None for v in view.identity.values()):
+                    found[("view", view.name, tuple(sorted(view.params.items())))] = None
+    return list(found)
+
+
+def _build(kind: str, name: str, params: tuple) -> str:
+    """A Ray task (1 CPU): build one offline model, with one torch thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    if kind == "model":
+        from privauditor.tasks.models import weights_identity
+
+        return str(weights_identity(name))
+    from privauditor.tasks.views import build_view
+
+    return str(build_view(name, dict(params)).identity(build=True))
+
+
+def build(items: Sequence[tuple[str, str, tuple]]) -> None:
+    """Build every item as a Ray task, in parallel; prints one line when they are ready."""
+    import ray
+
+    started = time.perf_counter()
+    names = ", ".join(name for _, name, _ in items)
+    print(f"building offline models: {names} (cached for later runs)", flush=True)
+    task = ray.remote(_build)
+    ray.get([task.remote(*item) for item in items])
+    print(f"offline models ready in {time.perf_counter() - started:.0f} s", flush=True)

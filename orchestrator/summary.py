@@ -1,0 +1,28 @@
+"""Mean ± std AUC per group of leaderboard rows: what the leaderboard files, the HTML page and
+``privauditor report`` print."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SUMMARY_HEADER = ["AUC mean ± std", "std over", "rows"]
+
+
+def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
+    """Mean ± std AUC per value of ``by`` (e.g. adaptation), best first. With several seeds the std is
+    across seeds (of each seed's mean over the group's rows), else across the group's rows."""
+    import numpy as np
+
+    groups: dict[str, dict[int, list[float]]] = {}
+    for row in found:
+        groups.setdefault(str(row[by]), {}).setdefault(row["seed"], []).append(row["auc"])
+    table = []
+    for key, seeds in groups.items():
+        every = [auc for aucs in seeds.values() for auc in aucs]
+        if len(seeds) > 1:
+            means = [float(np.mean(aucs)) for aucs in seeds.values()]
+            mean, std, over = np.mean(means), np.std(means, ddof=1), f"{len(seeds)} seeds"
+        else:
+            mean, std, over = np.mean(every), np.std(every), "rows"
+        table.append([key, f"{mean:.3f} ± {std:.3f}", over, len(every)])
+    return sorted(table, key=lambda r: -float(r[1].split()[0]))

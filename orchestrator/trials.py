@@ -1,0 +1,204 @@
+"""Ray Tune glue: a local or remote Ray session, each cell as a trial, and the Tuner that runs them.
+
+Each cell is one trial, named by its cell id, with its own resources (the model spec's CPUs and GPUs
+unless the ``run`` block sets them: :func:`trial_resources`), at most ``run.max_concurrent_trials`` at
+once, retried ``run.max_failures`` times (``FailureConfig``), with worker processes reused between cells
+(``reuse_actors``) so imports are paid once per worker. A cell that trains under DeepSpeed starts a Ray
+Train worker group from its trial (``distributed.py``); its attacks run on the stored views as tasks of
+an attack actor (``attack_actor.py``). Ray's own console output (trial tables, worker logs, library
+warnings) is left out unless ``verbose``: the sweep prints its own progress (``progress.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+FORWARDED_ENV = ("PRIVAUDITOR_", "HF_", "TRANSFORMERS_", "WANDB_", "TOKENIZERS_", "XDG_CACHE_HOME")
+
+
+def forwarded_env() -> dict[str, str]:
+    """The environment Ray workers get from this process (cache, offline and tracking settings)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV)}
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None, verbose: bool, cpus: int | None = None) -> Iterator[None]:
+    """Ray for the block: joined at ``address``, else a local instance (shut down afterwards). Worker
+    output reaches this console only when ``verbose``."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    kwargs: dict[str, Any] = {} if address else {"num_cpus": cpus or os.cpu_count()}
+    ray.init(
+        address=address, include_dashboard=False, runtime_env={"env_vars": forwarded_env()},
+        log_to_driver=verbose, logging_level=logging.INFO if verbose else logging.ERROR, **kwargs,
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:
+    """A cell's trial resources: CPUs from ``run.cpus_per_trial`` or else the model spec; GPUs from
+    ``run.gpus_per_trial`` (a number), none (null), or with ``auto`` the model spec's (at least one)
+    when the cluster has GPUs. DeepSpeed workers get their own resources besides these."""
+    from privauditor.tasks.models import resolve_model
+
+    needs = resolve_model(cell.model).resources
+    cpus = needs.cpus if run.cpus_per_trial is None else run.cpus_per_trial
+    if run.gpus_per_trial == "auto":
+        gpus = max(needs.gpus, 1.0) if has_gpus else 0.0
+    else:
+        gpus = float(run.gpus_per_trial or 0.0)
+    return {"CPU": float(cpus)} | ({"GPU": gpus} if gpus else {})
+
+
+def _trial(
+    config: dict[str, Any],
+    out: str,
+    specs: dict[str, Any],
+    resources: dict[str, dict[str, float]],
+    sweep: Any = None,
+) -> None:
+    """One cell, inside a Ray Tune trial; a finished cell is mirrored to W&B from here (once: a retried
+    trial logs only when it succeeds)."""
+    import json
+
+    import ray
+    import torch
+    from ray import tune
+
+    from privauditor.tasks.cell import CellEnvironment, run_cell
+
+    from .attack_actor import attack_actor, ray_tasks
+    from .distributed import RayTrainLauncher
+    from .plots import roc_png
+    from .storage import Results
+
+    attack_actor()  # started now, so its process start-up overlaps the cell's adaptation
+    cell_id = config["cell_id"]
+    threads = max(1, int(resources[cell_id]["CPU"]))
+    torch.set_num_threads(threads)  # two trials' thread pools on the same cores slow both many times over
+    launcher = RayTrainLauncher(
+        cpus_per_worker=threads, gpus_per_worker=min(resources[cell_id].get("GPU", 0.0), 1.0)
+    )
+    runtime = {
+        "ray_node_id": ray.get_runtime_context().get_node_id(),
+        "trial_id": tune.get_context().get_trial_id(),
+    }
+    env = CellEnvironment(
+        distributed=launcher,
+        map_jobs=ray_tasks,
+        timeout_s=sweep.run.cell_timeout_s if sweep is not None else None,
+        runtime=runtime | {"attacks": "ray actor tasks"},
+    )
+    results = Results.at(out)
+    if results.done(cell_id):  # finished since the sweep started (another run of the same sweep)
+        tune.report({"max_auc": float("nan"), "skipped": True})
+        return
+    outcome = run_cell(specs[cell_id], results.local, env)
+    roc_png(outcome.metrics, results.local / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
+    results.push_cell(outcome.cell_id)  # object stores: every file uploaded, DONE last
+    results.upload(f"plots/{outcome.cell_id}.png")
+    if sweep is not None and not outcome.skipped:
+        from .tracking import log_cell
+
+        record = json.loads((outcome.path / "cell.json").read_text())
+        log_cell(sweep.wandb, sweep.name, results.local, record, outcome.metrics)
+    aucs = [m["auc"] for m in outcome.metrics.values() if "auc" in m]
+    tune.report({"max_auc": max(aucs) if aucs else float("nan"), "skipped": outcome.skipped})
+
+
+def _reason(error: BaseException) -> str:
+    """The cell's own exception in one line (not Ray's wrapper around it)."""
+    from privauditor.tasks.errors import one_line
+
+    cause = getattr(error, "cause", None) or error
+    return one_line(cause, limit=300)
+
+
+def run_trials(
+    sweep: Any, todo: list[Any], results: Any, rebuild: Any, max_concurrent: int | None, verbose: bool
+) -> list[tuple[str, str]]:
+    """Run the resolved cells ``todo`` as Tune trials on the current Ray session; returns the failed
+    cells' (id, one-line error)."""
+    from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    from .progress import Progress
+
+    # Tune's default loggers add TensorBoardX, whose import costs the driver about 2.5 s before the first
+    # trial starts; the CSV and JSON logs are kept, passed explicitly below
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    import ray
+
+    run = sweep.run
+    started = time.perf_counter()
+    has_gpus = ray.cluster_resources().get("GPU", 0) > 0
+    specs = {spec.cell_id(): spec for spec in todo}
+    resources = {cell_id: trial_resources(spec, run, has_gpus) for cell_id, spec in specs.items()}
+    trainable = tune.with_parameters(_trial, out=results.uri, specs=specs, resources=resources, sweep=sweep)
+    trainable = tune.with_resources(
+        trainable, lambda config: tune.PlacementGroupFactory([resources[config["cell_id"]]])
+    )
+    storage = run.storage_path or (
+        f"{results.uri.rstrip('/')}/ray" if results.remote else str(results.local / "ray")
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"cell_id": tune.grid_search(list(specs))},
+        tune_config=tune.TuneConfig(
+            max_concurrent_trials=max_concurrent or run.max_concurrent_trials,
+            reuse_actors=True,
+            trial_name_creator=lambda trial: trial.config["cell_id"],
+            trial_dirname_creator=lambda trial: trial.config["cell_id"],
+        ),
+        run_config=tune.RunConfig(
+            name=sweep.name,
+            storage_path=storage,
+            failure_config=tune.FailureConfig(max_failures=run.max_failures),
+            callbacks=[Progress(len(specs), rebuild), CSVLoggerCallback(), JsonLoggerCallback()],
+            verbose=2 if verbose else 0,
+        ),
+    )
+    with _quiet(not verbose):
+        found = tuner.fit()  # SIGINT: Tune stops the running trials and returns what finished
+    failures = [(r.config["cell_id"], _reason(r.error)) for r in found if r.error]
+    print(
+        f"{len(todo) - len(failures)} cells ran, {len(failures)} failed, {time.perf_counter() - started:.0f} s"
+    )
+    return failures
+
+
+@contextlib.contextmanager
+def _quiet(quiet: bool) -> Iterator[None]:
+    """Ray Tune's own console output off (its experiment box and trial tables, each failed attempt's
+    traceback, hints): the sweep prints every failure itself, in one line, and the trial's ``error.txt``
+    under ``OUT/ray/`` keeps the traceback."""
+    if not quiet:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in ("ray.tune", "ray.train", "ray.air")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    # Tune's newer console output prints an experiment box and a results path even at verbose 0
+    reporter = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+        if reporter is None:
+            del os.environ["RAY_AIR_NEW_OUTPUT"]
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = reporter

@@ -1,0 +1,140 @@
+"""Typed settings from YAML: the one place where a mapping becomes a frozen dataclass, strictly.
+
+Every settings block (a cell's ``split`` / ``train`` / ``score``, a sweep's ``run``, a plugin's
+hyper-parameters) is a dataclass, and :func:`build` fills one from a mapping by its field annotations:
+an unknown key is a one-line error with "did you mean", a value of the wrong type is a one-line error
+naming the key and the type. Numbers are numbers however people write them: :func:`load_yaml` reads
+``3e-4`` as a float (PyYAML follows YAML 1.1, which wants ``3.0e-4``, and returns the string '3e-4'),
+and an int is accepted where a float is wanted; a bool is never taken for a number.
+
+Example::
+
+    build(TrainSettings, load_yaml("{lr: 3e-4, epochs: 2}"), "train")  # TrainSettings(epochs=2, lr=0.0003, ...)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import types
+import typing
+from typing import Any, Literal, Union
+
+from .errors import PrivauditorError
+from .registry import unknown_name_message
+
+# YAML 1.2's float forms that YAML 1.1 (PyYAML) leaves as strings: an exponent without a dot ("3e-4",
+# "1E5"), next to PyYAML's own pattern
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+@functools.cache
+def _loader() -> type:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """PyYAML's safe loader, with exponent floats written without a dot read as floats."""
+
+    Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    return Loader
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that reads ``3e-4`` as the number it is (the same safe loader, one resolver more:
+    no Python objects are ever constructed)."""
+    loader = _loader()(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def build(cls: type, data: Any, where: str) -> Any:
+    """An instance of the dataclass ``cls`` from the mapping ``data``, every field checked against its
+    annotation (nested dataclasses recursively); ``where`` names the block in error messages."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise PrivauditorError(f"{where} must be a mapping, not {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise PrivauditorError(f"{where}: " + unknown_name_message("key", str(key), list(fields)))
+        values[key] = check(value, hints[key], f"{where}.{key}")
+    missing = [
+        n for n, f in fields.items()
+        if n not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]  # fmt: skip
+    if missing:
+        raise PrivauditorError(f"{where} needs {', '.join(missing)}")
+    return cls(**values)
+
+
+def check(value: Any, annotation: Any, where: str) -> Any:
+    """``value`` as the type ``annotation`` asks for (an int for a float, a list for a tuple, a mapping
+    for a dataclass), else a one-line :class:`PrivauditorError` naming ``where``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        options = [a for a in args if a is not type(None)]
+        if value is None:
+            if len(options) < len(args):
+                return None
+            raise PrivauditorError(f"{where} must not be null")
+        errors = []
+        for option in options:
+            try:
+                return check(value, option, where)
+            except PrivauditorError as error:
+                errors.append(error)
+        names = " or ".join([_name(o) for o in options] + (["null"] if len(options) < len(args) else []))
+        raise PrivauditorError(f"{where} must be {names}, not {value!r}")
+    if value is None:
+        raise PrivauditorError(f"{where} must be {_name(annotation)}, not null")
+    if origin is Literal:
+        if value not in args:
+            raise PrivauditorError(f"{where} must be one of {', '.join(map(str, args))}, not {value!r}")
+        return value
+    if dataclasses.is_dataclass(annotation):
+        return value if isinstance(value, annotation) else build(annotation, value, where)
+    if origin is tuple:
+        if isinstance(value, str):  # `attacks: loss` is a list of one
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise PrivauditorError(f"{where} must be a list, not {value!r}")
+        inner = args[0] if args else Any
+        return tuple(check(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise PrivauditorError(f"{where} must be a mapping, not {value!r}")
+        inner = args[1] if len(args) == 2 else Any
+        return {str(k): check(v, inner, f"{where}.{k}") for k, v in value.items()}
+    if annotation is float:
+        if type(value) not in (int, float):
+            raise PrivauditorError(f"{where} must be a number, not {value!r}")
+        return float(value)
+    if annotation in (int, bool, str) and type(value) is not annotation:
+        raise PrivauditorError(f"{where} must be {_name(annotation)}, not {value!r}")
+    return value
+
+
+def _name(annotation: Any) -> str:
+    if annotation is float:
+        return "a number"
+    if typing.get_origin(annotation) in (tuple, list):
+        return "a list"
+    if typing.get_origin(annotation) is dict or dataclasses.is_dataclass(annotation):
+        return "a mapping"
+    return getattr(annotation, "__name__", str(annotation))

@@ -1,0 +1,167 @@
+"""The resolved cell: a typed, frozen spec (HELM's ``RunSpec`` is the model), hashed into the cell id.
+
+:func:`resolve` fills in every default of a :class:`~privauditor.tasks.config.CellConfig` (the
+technique's own learning rate and epochs and hyper-parameters, every attack's and view's) and pins what
+the numbers depend on besides the settings, so the cell id changes exactly when the results would:
+
+- ``data``: the dataset's content (the sha256 of its rendered records; a hub dataset, whose content
+  is not at hand, by id and revision), and ``split_version`` (how parts are drawn);
+- ``base`` / ``reference_weights``: the weights' identity (the sha256 of an offline or local checkpoint's
+  weight bytes: another pre-training profile, or another machine's kernels, give other bytes; a hub
+  checkpoint's revision);
+- the ``version`` of the technique, the training loop, every attack and every view it reads (bumped in
+  their files whenever a change alters numbers), and the identity of any auxiliary model a view uses.
+
+``cell.json`` records :meth:`CellSpec.to_dict` as ``config``; :meth:`CellSpec.from_dict` reads it back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .cache import stable_hash
+from .config import DeepSpeedSettings, ScoreSettings, SplitConfig
+
+if TYPE_CHECKING:
+    from .config import CellConfig
+
+UNKNOWN_HASH = "????????"  # what validate shows for a cell whose offline base is not built yet
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """One input an attack reads: the view plugin, its version, parameters and auxiliary models."""
+
+    name: str
+    version: int
+    params: dict[str, Any]
+    identity: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class AttackSpec:
+    """One attack: its version, every hyper-parameter, and the views it reads by role."""
+
+    name: str
+    version: int
+    params: dict[str, Any]
+    views: dict[str, ViewSpec]
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Training as it will run: the technique's defaults filled in."""
+
+    epochs: int
+    lr: float
+    batch_size: int
+    max_length: int
+    workers: int  # 1 for a technique that trains nothing
+    deepspeed: DeepSpeedSettings | None  # None: one process, the plain training loop
+    version: int  # the training loop's
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """Everything a cell's numbers depend on; :meth:`cell_id` hashes it."""
+
+    model: str
+    adaptation: str
+    dataset: str
+    seed: int
+    base: str | None  # the base's weights identity (None: an offline base not built yet)
+    data: str  # the dataset's identity
+    split: SplitConfig
+    split_version: int
+    train: TrainSpec
+    score: ScoreSettings
+    adaptation_params: dict[str, Any]
+    adaptation_version: int
+    attacks: tuple[AttackSpec, ...]
+    reference: str | None  # the reference model's name (None: the un-adapted base)
+    reference_weights: str | None
+
+    @property
+    def complete(self) -> bool:
+        """Every weights identity is known (offline models built), so the cell id is final."""
+        identities = [self.base] + ([self.reference_weights] if self.reference else [])
+        identities += [v for a in self.attacks for view in a.views.values() for v in view.identity.values()]
+        return all(i is not None for i in identities)
+
+    def cell_id(self) -> str:
+        """``<model>__<adaptation>__<dataset>__s<seed>__<8 hex of this spec's hash>``."""
+        parts = [slug(self.model), self.adaptation, slug(self.dataset), f"s{self.seed}"]
+        return "__".join([*parts, stable_hash(self.to_dict(), 8) if self.complete else UNKNOWN_HASH])
+
+    def attack(self, name: str) -> AttackSpec:
+        return next(a for a in self.attacks if a.name == name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CellSpec:
+        """A spec from its :meth:`to_dict` (a ``cell.json``'s ``config``)."""
+        from .settings import build
+
+        return build(cls, data, "cell.json config")
+
+
+def slug(name: str) -> str:
+    """A file-name-safe form of a model or dataset name ("/" becomes "--")."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "--")).strip("-") or "x"
+
+
+def resolve(config: CellConfig, build: bool = True) -> CellSpec:
+    """The :class:`CellSpec` of ``config`` (see the module docstring); ``build=False`` leaves offline
+    models that are not built yet unidentified instead of pre-training them."""
+    from .adaptations import build_adaptation
+    from .datasets import dataset_identity
+    from .models import resolve_model, weights_identity
+    from .splits import SPLIT_VERSION
+    from .training import TRAINER_VERSION
+
+    technique = build_adaptation(config.adaptation, config.adaptation_params.get(config.adaptation))
+    spec = resolve_model(config.model)
+    train = config.train
+    trains = config.adaptation != "none"
+    deepspeed = train.deepspeed
+    if deepspeed is None and trains:
+        stage = spec.resources.zero_stage or (2 if train.workers > 1 else None)
+        deepspeed = None if stage is None else DeepSpeedSettings(stage)
+    resolved_train = TrainSpec(
+        epochs=technique.default_epochs if train.epochs is None else train.epochs,
+        lr=technique.default_lr_for(spec.family) if train.lr is None else train.lr,
+        batch_size=train.batch_size,
+        max_length=train.max_length,
+        workers=train.workers if trains else 1,
+        deepspeed=deepspeed if trains else None,
+        version=TRAINER_VERSION,
+    )
+    attacks = []
+    for name, attack in config.built_attacks().items():
+        views = {
+            role: ViewSpec(view.name, view.version, view.hyperparameters(), view.identity(build))
+            for role, view in attack.views().items()
+        }
+        attacks.append(AttackSpec(name, attack.version, attack.hyperparameters(), views))
+    return CellSpec(
+        model=config.model,
+        adaptation=config.adaptation,
+        dataset=config.dataset,
+        seed=config.seed,
+        base=weights_identity(spec, build),
+        data=dataset_identity(config.dataset),
+        split=config.split,
+        split_version=SPLIT_VERSION,
+        train=resolved_train,
+        score=config.score,
+        adaptation_params=technique.hyperparameters(),
+        adaptation_version=technique.version,
+        attacks=tuple(attacks),
+        reference=config.reference,
+        reference_weights=None if config.reference is None else weights_identity(config.reference, build),
+    )
