@@ -145,9 +145,9 @@ def main() -> int:
     import ray
     import torch
 
-    from privauditor.orchestrator.trials import forwarded_env
     from privauditor.orchestrator.sweep import parse_sweep
     from privauditor.orchestrator.tables import render
+    from privauditor.orchestrator.trials import forwarded_env
     from privauditor.tasks.models import load_model
 
     torch.set_num_threads(2)
@@ -161,7 +161,9 @@ def main() -> int:
     naive = in_process(cells, lambda cell: work / "naive" / cell.cell_id())
     forward_passes_naive, mark = inference_rows(count_file, mark)
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": forwarded_env()})
+    ray.init(
+        num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": forwarded_env()}
+    )
     ray_started = time.time()
     ray_s = through_ray(sweep_data(args.members, args.k, 1), work / "ray")
     ray_first = min(p.stat().st_mtime for p in (work / "ray" / "cells").glob("*/DONE")) - ray_started

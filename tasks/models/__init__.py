@@ -236,6 +236,9 @@ def load_model(model: str | ModelSpec, device: str | None = None) -> LoadedModel
     """Load tokenizer and weights for a model name or spec, in eval mode on ``device`` (default: the
     GPU when this process has one, as a Ray trial given a GPU does, else the CPU)."""
     import torch
+
+    if not torch.cuda.is_available():  # accelerate imports DeepSpeed when installed, which then announces
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # its CPU fallback on every process's first load
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

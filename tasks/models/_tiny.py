@@ -50,6 +50,9 @@ def _build_and_save(
     model = auto.from_config(config)
     report = pretrain(model, tokenizer, corpus.train, corpus.held_out, objective, profile, label)
     report.update(parameters=sum(p.numel() for p in model.parameters()), corpus_sha256=corpus.sha256)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar for writing one small file
     model.save_pretrained(out)  # safetensors by default
     tokenizer.save_pretrained(out)
     (out / "pretrain.json").write_text(json.dumps(report, indent=2))
