@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from privauditor.orchestrator.tables import render
+from privauditor.tasks.spec import CellSpec
 
 
 def main() -> int:
@@ -37,11 +38,12 @@ def main() -> int:
             problems.append(f"{cell.name}: non-finite or missing AUC")
         if not record.get("device", "").startswith(args.device):
             problems.append(f"{cell.name}: ran on {record.get('device')}, not {args.device}")
-        times = record["timings"]
-        ds = record["config"]["train"].get("deepspeed")
+        times = record["timings"]  # by step; each view is timed under its label
+        spec = CellSpec.from_dict(record["config"])
+        ds = spec.train.deepspeed
         rows.append([
-            record["config"]["adaptation"], record.get("device"), f"ZeRO-{ds['stage']}" if ds else "-",
-            times.get("train", 0.0), times.get("signals", 0.0), times.get("gradients", 0.0),
+            spec.adaptation, record.get("device"), f"ZeRO-{ds.stage}" if ds else "-",
+            times.get("train", 0.0), times.get("signals", 0.0), times.get("grad_norm", 0.0),
             round(sum(times.values()), 1), round(max(aucs), 3) if aucs else "-",
         ])  # fmt: skip
     header = [

@@ -1,5 +1,6 @@
-"""The sweep's console: one line per finished or failed cell (done / running / failed, elapsed, ETA), one
-per retry, and the leaderboard rebuilt as cells finish."""
+"""The sweep's console: a progress line (done / running / failed, elapsed, ETA) at most every
+``PROGRESS_EVERY_S`` and when the last cell ends, a line for every failed cell and every retry, and the
+leaderboard rebuilt as cells finish."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from ray import tune
 
 LEADERBOARD_EVERY_S = 30.0  # while a sweep runs; it is always rebuilt when the sweep ends
+PROGRESS_EVERY_S = 30.0  # a 200-cell sweep on 2 cores prints about 80 lines, not one per cell
 
 
 class Progress(tune.Callback):
@@ -20,6 +22,7 @@ class Progress(tune.Callback):
         self.total, self.rebuild = total, rebuild
         self.done = self.failed = 0  # counted here: Tune sets a trial's final status after these callbacks
         self.started = self.rebuilt = time.perf_counter()
+        self.printed = float("-inf")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.done += 1
@@ -34,10 +37,15 @@ class Progress(tune.Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.failed += 1
-        self._line(trials, trial)
+        print(f"[privauditor] cell {trial.config['cell_id']} failed: {last_line(trial)}", flush=True)
+        self._line(trials, trial, always=True)
 
-    def _line(self, trials, finished):
+    def _line(self, trials, finished, always=False):
         done, failed = self.done, self.failed
+        now = time.perf_counter()
+        if not always and done + failed < self.total and now - self.printed < PROGRESS_EVERY_S:
+            return
+        self.printed = now
         running = sum(t.status == "RUNNING" and t is not finished for t in trials)
         elapsed = time.perf_counter() - self.started
         left = self.total - done - failed
@@ -46,6 +54,23 @@ class Progress(tune.Callback):
               f"{failed} failed; elapsed {elapsed / 60:.1f} min, ETA {eta}", flush=True)  # fmt: skip
 
 
+def reason(error: BaseException) -> str:
+    """The cell's own exception in one line (not Ray's wrapper around it)."""
+    from privauditor.tasks.errors import one_line
+
+    cause = getattr(error, "cause", None) or error
+    return one_line(cause, limit=300)
+
+
 def last_line(trial: Any) -> str:
-    lines = str(trial.get_pickled_error() or "").strip().splitlines()
+    """Why the trial's latest attempt failed, from the error file Tune has just written beside it."""
+    from pathlib import Path
+
+    from ray import cloudpickle
+
+    path = trial.pickled_error_file
+    if path and Path(path).is_file():
+        return reason(cloudpickle.loads(Path(path).read_bytes()))
+    text = Path(trial.error_file).read_text() if trial.error_file and Path(trial.error_file).is_file() else ""
+    lines = text.strip().splitlines()
     return lines[-1] if lines else "unknown error"

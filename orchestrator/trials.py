@@ -117,14 +117,6 @@ def _trial(
     tune.report({"max_auc": max(aucs) if aucs else float("nan"), "skipped": outcome.skipped})
 
 
-def _reason(error: BaseException) -> str:
-    """The cell's own exception in one line (not Ray's wrapper around it)."""
-    from privauditor.tasks.errors import one_line
-
-    cause = getattr(error, "cause", None) or error
-    return one_line(cause, limit=300)
-
-
 def run_trials(
     sweep: Any, todo: list[Any], results: Any, rebuild: Any, max_concurrent: int | None, verbose: bool
 ) -> list[tuple[str, str]]:
@@ -133,7 +125,7 @@ def run_trials(
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from .progress import Progress
+    from .progress import Progress, reason
 
     # Tune's default loggers add TensorBoardX, whose import costs the driver about 2.5 s before the first
     # trial starts; the CSV and JSON logs are kept, passed explicitly below
@@ -171,7 +163,7 @@ def run_trials(
     )
     with _quiet(not verbose):
         found = tuner.fit()  # SIGINT: Tune stops the running trials and returns what finished
-    failures = [(r.config["cell_id"], _reason(r.error)) for r in found if r.error]
+    failures = [(r.config["cell_id"], reason(r.error)) for r in found if r.error]
     print(
         f"{len(todo) - len(failures)} cells ran, {len(failures)} failed, {time.perf_counter() - started:.0f} s"
     )

@@ -4,8 +4,8 @@
 (``cell.json``, ``adapter/``, ``signals.parquet``, ``views/``, ``scores.parquet``, ``metrics.json``,
 ``DONE`` last) and keeps the work cells share under ``OUT/shared/`` (split ids, views of the un-adapted
 base such as its signals, neighbour texts), where every later cell of the same (base, dataset, seed)
-finds them. A cell with ``DONE`` is
-not redone; one without is cleared and redone. Every file is written to a temporary name and renamed.
+finds them. A cell with ``DONE`` is not redone; one without is cleared and redone. Every file is written
+to a temporary name and renamed.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ SPLIT_VERSION = 1
 PARTS = ("members", "nonmembers", "validation", "population", "known_members")
 #: parts that must not be empty
 REQUIRED = ("members", "nonmembers", "validation")
+LABELS = {"nonmembers": "non-members", "known_members": "known members"}
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def draw_split(data: LoadedDataset, sizes: Any, seed: int) -> Split:
             raise PrivauditorError(f"split.{part} must be an integer of at least {low}, got {size!r}")
     needed = sum(counts.values())
     if needed > len(data.examples):
-        asked = " + ".join(f"{n} {part.replace('_', ' ')}" for part, n in counts.items() if n)
+        asked = " + ".join(f"{n} {LABELS.get(part, part)}" for part, n in counts.items() if n)
         raise PrivauditorError(
             f"split asks for {needed} records ({asked}) but dataset '{data.name}' has {len(data.examples)}"
         )

@@ -114,6 +114,8 @@ def test_a_failing_cell_is_reported_and_the_others_finish(ray_session, tmp_path,
     code, printed = run(tmp_path, sweep, out, capsys)
     assert code == 1  # 10 records cannot make a 24 / 24 / 8 split
     assert "1 failed" in printed and "FAILED tiny-gpt2__none__" in printed and "few.jsonl" in printed
+    assert "failed: PrivauditorError: split asks for 56 records" in printed  # the reason, as it happens
+    assert list((out / "ray").rglob("error.txt"))  # the traceback, for whoever wants it
     assert len(list((out / "cells").glob("*/DONE"))) == 1 and "[privauditor] cells 2/2" in printed
     assert pq.read_table(out / "leaderboard.parquet").num_rows == 4
 
