@@ -63,14 +63,14 @@ def reason(error: BaseException) -> str:
 
 
 def last_line(trial: Any) -> str:
-    """Why the trial's latest attempt failed, from the error file Tune has just written beside it."""
+    """Why the trial's latest attempt failed: the last line of the traceback Tune has just written to the
+    trial's ``error.txt``, the exception's class without its module path."""
     from pathlib import Path
 
-    from ray import cloudpickle
-
-    path = trial.pickled_error_file
-    if path and Path(path).is_file():
-        return reason(cloudpickle.loads(Path(path).read_bytes()))
-    text = Path(trial.error_file).read_text() if trial.error_file and Path(trial.error_file).is_file() else ""
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else "unknown error"
+    path = trial.error_file
+    text = Path(path).read_text() if path and Path(path).is_file() else ""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return "unknown error"
+    kind, sep, message = lines[-1].partition(": ")
+    return (kind.rsplit(".", 1)[-1] + sep + message)[:300]
