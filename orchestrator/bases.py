@@ -13,20 +13,23 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def missing(specs: Sequence[Any]) -> list[tuple[str, str, tuple]]:
-    """What is not built yet for ``specs`` (resolved without building): ``("model", name, ())`` for a base
-    or reference model, ``("view", name, params)`` for a view's auxiliary model, each once."""
-    found: dict[tuple, None] = {}
+def missing(specs: Sequence[Any]) -> dict[tuple[str, str, tuple], str]:
+    """What is not built yet for ``specs`` (resolved without building), each once, with a name to show:
+    ``("model", name, ())`` for a base or reference model, ``("view", name, params)`` for the auxiliary
+    models of a view (e.g. the masked LM of ``neighbours``)."""
+    found: dict[tuple[str, str, tuple], str] = {}
     for spec in specs:
         if spec.base is None:
-            found[("model", spec.model, ())] = None
+            found[("model", spec.model, ())] = spec.model
         if spec.reference is not None and spec.reference_weights is None:
-            found[("model", spec.reference, ())] = None
+            found[("model", spec.reference, ())] = spec.reference
         for attack in spec.attacks:
             for view in attack.views.values():
-                if any(v is None for v in view.identity.values()):
-                    found[("view", view.name, tuple(sorted(view.params.items())))] = None
-    return list(found)
+                unbuilt = [k for k, v in view.identity.items() if v is None]
+                if unbuilt:
+                    item = ("view", view.name, tuple(sorted(view.params.items())))
+                    found[item] = f"{', '.join(unbuilt)} (of view {view.name})"
+    return found
 
 
 def _build(kind: str, name: str, params: tuple) -> str:
@@ -43,13 +46,15 @@ def _build(kind: str, name: str, params: tuple) -> str:
     return str(build_view(name, dict(params)).identity(build=True))
 
 
-def build(items: Sequence[tuple[str, str, tuple]]) -> None:
-    """Build every item as a Ray task, in parallel; prints one line when they are ready."""
+def build(items: dict[tuple[str, str, tuple], str]) -> None:
+    """Build every item of :func:`missing` as a Ray task, in parallel; a line before and one after."""
     import ray
 
     started = time.perf_counter()
-    names = ", ".join(name for _, name, _ in items)
-    print(f"building offline models: {names} (cached for later runs)", flush=True)
+    print(
+        f"building offline models: {', '.join(sorted(set(items.values())))} (cached for later runs)",
+        flush=True,
+    )
     task = ray.remote(_build)
     ray.get([task.remote(*item) for item in items])
     print(f"offline models ready in {time.perf_counter() - started:.0f} s", flush=True)

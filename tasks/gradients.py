@@ -11,7 +11,10 @@ on data and defeats a model-level ``vmap`` (tried: it fails on every family here
 custom autograd functions).
 
 Which inputs and outputs of a call carry the batch is measured, not guessed from shapes: a probe runs the
-model on one and on two samples and takes the dimension that grew. Two things keep calls batched:
+model, without gradients, on the batch with its last row repeated, and takes the dimension that grew by
+one. The batch keeps its padding that way, so the model takes the same paths (an attention mask is
+``None`` when no row is padded, a tensor when one is); the answer is kept per such pattern of each call's
+inputs, so a model is probed about twice. Two things keep calls batched:
 learned position tables get positions per sample (``position_ids``, the values the model would use), and
 peft's prompt encoders (prompt tuning, P-tuning) are called per sample, where peft calls them once and
 repeats the result (huggingface/peft#2043; the values are the same). A parameter left in a call that
@@ -105,13 +108,22 @@ def _owners(model: Any, params: dict[str, torch.nn.Parameter]) -> dict[Any, dict
 
 
 @contextlib.contextmanager
-def _recording(owners: dict[Any, dict[str, str]]) -> Iterator[dict[Any, list[tuple[list, Any, list]]]]:
-    """Forward hooks on the owners: every call's (input leaves, input spec, output leaves)."""
+def _recording(
+    owners: dict[Any, dict[str, str]], shapes_only: bool = False
+) -> Iterator[dict[Any, list[tuple[list, Any, list]]]]:
+    """Forward hooks on the owners: every call's (input leaves, input spec, output leaves); with
+    ``shapes_only``, tensors are kept as empty tensors of their shape on the meta device."""
+
+    def keep(leaves: list) -> list:
+        if not shapes_only:
+            return leaves
+        return [torch.empty(x.shape, device="meta") if isinstance(x, torch.Tensor) else x for x in leaves]
+
     calls: dict[Any, list[tuple[list, Any, list]]] = {m: [] for m in owners}
 
     def record(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
         leaves, spec = tree_flatten((args, kwargs))
-        calls[module].append((leaves, spec, tree_flatten(output)[0]))
+        calls[module].append((keep(leaves), spec, keep(tree_flatten(output)[0])))
 
     handles = [m.register_forward_hook(record, with_kwargs=True) for m in owners]
     try:
@@ -144,44 +156,43 @@ def _batched_prompts(model: Any) -> Iterator[None]:
         del model.get_prompt
 
 
-def _batch_dim(one: Any, two: Any) -> int | None:
-    """The dimension that grew from 1 to 2 between the one-sample and the two-sample probe, if any."""
-    if not isinstance(one, torch.Tensor) or not isinstance(two, torch.Tensor) or one.dim() != two.dim():
+def _batch_dim(real: Any, grown: Any) -> int | None:
+    """The dimension that grew by one from the real call to the probe's (one row more), if any."""
+    if not isinstance(real, torch.Tensor) or not isinstance(grown, torch.Tensor) or real.dim() != grown.dim():
         return None
-    grew = [d for d in range(one.dim()) if one.shape[d] == 1 and two.shape[d] == 2]
+    grew = [d for d in range(real.dim()) if grown.shape[d] == real.shape[d] + 1]
     return grew[0] if len(grew) == 1 else None
 
 
-def batch_dims(
-    model: Any, batch: dict[str, torch.Tensor], loss_fn: LossFn, params: dict[str, torch.nn.Parameter]
+def _pattern(recorded: dict[Any, list[tuple[list, Any, list]]]) -> tuple:
+    """Which leaves of every recorded call are tensors: the paths the model took."""
+    return tuple(
+        (id(module), tuple(tuple(isinstance(x, torch.Tensor) for x in side) for side in (args, outputs)))
+        for module, calls in recorded.items()
+        for args, _, outputs in calls
+    )
+
+
+def _probe(
+    model: Any, owners: dict, batch: dict[str, torch.Tensor], loss_fn: LossFn, recorded: dict[Any, list]
 ) -> dict[Any, list]:
-    """Which inputs and outputs of each owner module's calls carry the batch: the probe, run on the
-    batch's first sample and on its first two (no gradients). It depends on the model, not on the texts,
-    so one probe serves every batch of a model (:func:`gradient_norms` runs it once)."""
-    with _batched_prompts(model):
-        return _probe(model, _owners(model, params), batch, loss_fn)
-
-
-def _probe(model: Any, owners: dict, batch: dict[str, torch.Tensor], loss_fn: LossFn) -> dict[Any, list]:
-    """Run the model on the batch's first sample and on its first two: each call's batch dimensions."""
-    seen = []
-    for n in (1, 2):
-        with torch.no_grad(), _recording(owners) as calls:
-            loss_fn(model, {k: v[:n] for k, v in batch.items()})
-        seen.append(calls)
-    dims = {}
-    for module in owners:
-        ones, twos = seen[0][module], seen[1][module]
-        if len(ones) != len(twos):
-            raise RuntimeError(
-                f"{type(module).__name__} runs {len(ones)} times for one sample, {len(twos)} for two"
+    """Each recorded call's batch dimensions (inputs, outputs): the model run again, without gradients,
+    on the batch with its last row repeated, and the dimensions that grew by one."""
+    grown = {k: torch.cat([v, v[-1:]]) for k, v in batch.items()}
+    with torch.no_grad(), _recording(owners, shapes_only=True) as probed:
+        loss_fn(model, grown)
+    if _pattern(probed) != _pattern(recorded):
+        raise RuntimeError("the model took other paths for one more row: per-sample gradients need the same")
+    return {
+        module: [
+            (
+                [_batch_dim(a, b) for a, b in zip(real[0], more[0], strict=True)],
+                [_batch_dim(a, b) for a, b in zip(real[2], more[2], strict=True)],
             )
-        dims[module] = [
-            ([_batch_dim(a, b) for a, b in zip(c1[0], c2[0], strict=True)],
-             [_batch_dim(a, b) for a, b in zip(c1[2], c2[2], strict=True)])
-            for c1, c2 in zip(ones, twos, strict=True)
+            for real, more in zip(recorded[module], probed[module], strict=True)
         ]  # fmt: skip
-    return dims
+        for module in owners
+    }
 
 
 def per_sample_gradients(
@@ -189,20 +200,25 @@ def per_sample_gradients(
     batch: dict[str, torch.Tensor],
     loss_fn: LossFn,
     params: dict[str, torch.nn.Parameter],
-    dims: dict[Any, list] | None = None,
+    layouts: dict[tuple, dict[Any, list]] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Per sample of ``batch``, the gradient of its loss (``loss_fn(model, batch)`` gives one per sample)
     with respect to each of ``params``: name → float32 tensor of shape (batch size, *parameter shape).
-    ``dims``: an earlier :func:`batch_dims` of the same model, loss and parameters (else probed here)."""
+    ``layouts``: a dict kept across batches of the same model, loss and parameters, where the probes'
+    findings are remembered."""
     size = next(iter(batch.values())).shape[0]
     if size == 1:  # one sample: its gradient is the batch's
         return dict(_sample_by_sample(model, batch, loss_fn, params))
     owners = _owners(model, params)
+    layouts = {} if layouts is None else layouts
     out = {n: torch.zeros(size, *p.shape, dtype=torch.float32, device=p.device) for n, p in params.items()}
     with _batched_prompts(model):
-        dims = dims if dims is not None else _probe(model, owners, batch, loss_fn)
         with _recording(owners) as recorded, torch.enable_grad():
             losses = loss_fn(model, batch)
+        pattern = _pattern(recorded)
+        if pattern not in layouts:
+            layouts[pattern] = _probe(model, owners, batch, loss_fn, recorded)
+        dims = layouts[pattern]
         calls: list[tuple[Any, _Call]] = []
         reached: set[str] = set()  # parameters with at least one batched call
         unbatched: set[str] = set()
@@ -327,7 +343,7 @@ def gradient_norms(
     def loss_fn(m: Any, b: dict[str, torch.Tensor]) -> torch.Tensor:
         return target_nll(m, b, seq2seq)
 
-    dims = None
+    layouts: dict[tuple, dict[Any, list]] = {}
     try:
         for start in range(0, len(order), width):
             check("gradients")
@@ -336,9 +352,7 @@ def gradient_norms(
                 k: v.to(device)
                 for k, v in collate([data[i] for i in rows], tokenizer.pad_token_id, seq2seq).items()
             }
-            if dims is None and len(rows) > 1:
-                dims = batch_dims(model, batch, loss_fn, params)
-            grads = per_sample_gradients(model, batch, loss_fn, params, dims)
+            grads = per_sample_gradients(model, batch, loss_fn, params, layouts)
             norms[rows] = _norms(grads, norm)
     finally:
         if frozen:

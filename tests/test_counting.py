@@ -34,12 +34,12 @@ def test_counter_counts_each_model_call_once_with_its_rows(tmp_path):
         gradient_norms(model, tokenizer, texts[:2], 64, False)
         train(model, tokenizer, texts, TrainConfig(epochs=1, lr=1e-4, batch_size=5, max_length=64), False)
     handle.remove()
-    # three scoring batches; per-sample gradients: a probe of one and of two samples, one batched pass;
-    # two training batches
-    assert seen == [4, 4, 1, 1, 2, 2, 5, 4]
+    # three scoring batches; per-sample gradients: one batched pass, then its probe (one row more, no
+    # gradients); two training batches
+    assert seen == [4, 4, 1, 2, 3, 5, 4]
     name = type(model).__name__
     assert counter.rows == {(name, "infer"): 12, (name, "grad"): 2, (name, "train"): 9}
-    assert counter.passes == {(name, "infer"): 5, (name, "grad"): 1, (name, "train"): 2}
+    assert counter.passes == {(name, "infer"): 4, (name, "grad"): 1, (name, "train"): 2}
     assert read_counts(tmp_path / "passes.tsv") == (counter.passes, counter.rows)
     with torch.inference_mode():  # not counted once the counter is closed
         score_examples(model, tokenizer, texts, 64, False)

@@ -92,3 +92,18 @@ def test_gradient_norms_are_the_norms_of_the_per_sample_gradients_and_leave_the_
     everything = gradient_norms(base, tokenizer, EXAMPLES, 48, False)
     assert everything.shape == (3,) and (everything > 0).all()
     assert not any(p.requires_grad for p in base.parameters())  # a frozen model is left frozen
+
+
+@pytest.mark.parametrize(("family_name", "technique"), [("llama", "llama_adapter"), ("t5", "full")])
+def test_batches_with_and_without_padding_take_their_own_paths(family_name, technique):
+    """A batch whose rows have one length needs no attention mask, the next one does: the model takes
+    other paths (a mask of None, then a tensor), and each batch's gradients are still its own."""
+    from privauditor.tasks.datasets import Example
+
+    family, tokenizer, model, params = adapted(family_name, technique)
+    twin = Example("a-twin", EXAMPLES[0].prompt, EXAMPLES[0].target)  # as long as "a": an unpadded batch
+    texts = [EXAMPLES[0], twin, *TEXTS[1:]]
+    norms = gradient_norms(model, tokenizer, texts, 48, family.seq2seq, batch_size=2)
+    expected = one_at_a_time(model, tokenizer, texts, family.seq2seq, params)
+    flat = [torch.cat([g.flatten() for g in row.values()]) for row in expected]
+    np.testing.assert_allclose(norms, [float(torch.linalg.vector_norm(f.double())) for f in flat], rtol=1e-4)

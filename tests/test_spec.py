@@ -91,3 +91,15 @@ def test_a_value_that_is_not_a_number_is_a_one_line_error(text):
     with pytest.raises(PrivauditorError, match="train.(lr|epochs) must be") as error:
         cell_config(BASE, [text])
     assert "\n" not in str(error.value)
+
+
+def test_a_sweep_knows_which_offline_models_to_build_before_its_cells_have_ids(tmp_path, monkeypatch):
+    from privauditor.orchestrator.bases import missing
+
+    monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path))  # an empty cache
+    settings = [*SMALL, "attacks=[loss,neighbourhood]", "attack_params.neighbourhood.k=3"]
+    specs = [cell_config(BASE | {"adaptation": a}, settings).resolve(build=False) for a in ("none", "lora")]
+    assert missing(specs) == {
+        ("model", "tiny-gpt2", ()): "tiny-gpt2",
+        ("view", "neighbours", (("k", 3), ("mask_fraction", 0.1))): "masked_lm (of view neighbours)",
+    }
