@@ -69,7 +69,7 @@ def main() -> None:
             trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
             config = TrainConfig(
                 epochs=adaptation.default_epochs,
-                lr=adaptation.default_lr_for(loaded.family.name),
+                lr=adaptation.default_lr_on(model_name, loaded.family.name),
                 max_length=args.max_length,
             )
             before = validation_loss(model, loaded.tokenizer, split.members, args.max_length, loaded.seq2seq)

@@ -42,7 +42,7 @@ def _prepare(args: argparse.Namespace) -> int:
 def _cell(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from privauditor.tasks.cell import CellEnvironment, run_cell
+    from privauditor.tasks.cell import CellEnvironment, checkpoint_results, run_cell
     from privauditor.tasks.config import cell_config
 
     from .matrix import check_cell
@@ -61,6 +61,10 @@ def _cell(args: argparse.Namespace) -> int:
     outcome = run_cell(spec, out, CellEnvironment(distributed=_local_launcher(spec)))
     state = "already done" if outcome.skipped else "done"
     print(f"cell {outcome.cell_id} {state}: {outcome.path}")
+    audited = checkpoint_results(outcome.path)
+    if len(audited) > 1:
+        print(tables.checkpoints_table(audited))
+        print(f"last checkpoint (epoch {audited[-1][0]['epoch']}):")
     print(tables.metrics_table(outcome.metrics))
     png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     print(f"ROC (log-log): {png}")
@@ -125,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .runner import leaderboard
+    from .runner import leaderboard, write_findings
     from .storage import Results
     from .summary import SUMMARY_HEADER, summary
 
@@ -139,6 +143,8 @@ def _report(args: argparse.Namespace) -> int:
     found = leaderboard(results)
     print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
     print(f"leaderboard: {results.local / 'leaderboard.html'} ({len(found)} rows)")
+    print(write_findings(results, found, args.attack))
+    print(f"findings: {results.local / 'findings.md'}")
     return 0
 
 
@@ -259,8 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     audit.set_defaults(handler=_audit)
 
-    report = commands.add_parser("report", help="rebuild the leaderboard files from the cells on disk")
+    report = commands.add_parser(
+        "report", help="rebuild the leaderboard files from the cells on disk; write and print findings.md"
+    )
     report.add_argument("dir", help="results folder")
+    report.add_argument(
+        "--attack", default="loss", help="the attack the findings compare techniques under (default: loss)"
+    )
     report.set_defaults(handler=_report)
 
     publish = commands.add_parser(

@@ -41,6 +41,10 @@ def _table(header: list[str], body: list[list[Any]], sortable: bool = False) -> 
     return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
 def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
 
@@ -52,8 +56,10 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .summary import final
+
     best: dict[str, dict[str, Any]] = {}
-    for r in found:
+    for r in final(found):
         if r["cell_id"] not in best or r["auc"] > best[r["cell_id"]]["auc"]:
             best[r["cell_id"]] = r
     fig, ax = plt.subplots(figsize=(6, 4), dpi=90)
@@ -76,18 +82,29 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>privauditor leaderboard</title>"]
     parts.append(f"<style>{STYLE}</style></head><body><h1>privauditor leaderboard</h1>")
     cells = len({r["cell_id"] for r in found})
-    parts.append(f"<p>{cells} finished cells, {len(found)} (cell, attack) rows.</p>")
+    parts.append(
+        f"<p>{cells} finished cells, {len(found)} (cell, checkpoint, attack) rows; summaries at each cell's last checkpoint.</p>"
+    )
     if found:
         parts.append(
             "<h2>Per adaptation</h2>" + _table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))
         )
         parts.append("<h2>Per attack</h2>" + _table(["attack", *SUMMARY_HEADER], summary(found, "attack")))
         parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(found), "privacy-utility"))
+        curves = sorted((Path(out) / "plots" / "privacy_utility").glob("*.png"))
+        if curves:
+            parts.append(
+                "<h2>Privacy–utility over checkpoints (findings.md's attack)</h2><div class='grid'>"
+                + "".join(_img(p.read_bytes(), p.stem) for p in curves)
+                + "</div>"
+            )
     header = [
         "model",
         "adaptation",
         "dataset",
         "seed",
+        "epoch",
+        "best",
         "attack",
         "AUC",
         "CI low",
@@ -98,7 +115,8 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     ]
     body = [
         [
-            r["model"], r["adaptation"], r["dataset"], r["seed"], r["attack"], f"{r['auc']:.3f}",
+            r["model"], r["adaptation"], r["dataset"], r["seed"], _dash(r["epoch"]), _dash(r["best"]),
+            r["attack"], f"{r['auc']:.3f}",
             f"{r['auc_ci_low']:.3f}", f"{r['auc_ci_high']:.3f}",
             "-" if r["tpr_at_1pct_fpr"] is None else f"{r['tpr_at_1pct_fpr']:.3f}",
             f"{r['utility_loss']:.3f}", r["trainable_params"],

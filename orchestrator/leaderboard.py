@@ -1,10 +1,12 @@
-"""The leaderboard: one row per (cell, attack) from the finished cells on disk.
+"""The leaderboard: one row per (cell, checkpoint, attack) from the finished cells on disk.
 
-:func:`build` reads every ``cells/*/`` with ``DONE`` (their ``cell.json`` and ``metrics.json``) and writes
-``leaderboard.parquet``, ``.csv``, ``.md`` and ``.html`` atomically; it is what ``privauditor report DIR``
-runs and what a sweep calls as cells finish. Columns: the design's contract (``cell_id, model,
-adaptation, dataset, seed, attack, auc, auc_ci_low, auc_ci_high, tpr_at_0.1pct_fpr, tpr_at_1pct_fpr,
-n_members, n_nonmembers, utility_loss, trainable_params, train_seconds``).
+:func:`build` reads every ``cells/*/`` with ``DONE`` (its ``cell.json`` and each checkpoint's
+``metrics.json``) and writes ``leaderboard.parquet``, ``.csv``, ``.md`` and ``.html`` atomically; it is
+what ``privauditor report DIR`` runs and what a sweep calls as cells finish. Columns: the design's
+contract (``cell_id, model, adaptation, dataset, seed, attack, auc, auc_ci_low, auc_ci_high,
+tpr_at_0.1pct_fpr, tpr_at_1pct_fpr, n_members, n_nonmembers, utility_loss, trainable_params,
+train_seconds``) and the checkpoint's ``epoch``, ``step`` and ``best`` (lowest validation NLL of its
+cell; null for an audit, whose training is not known). ``utility_loss`` is the checkpoint's own.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from privauditor.tasks.cell import checkpoint_results
 from privauditor.tasks.faults import point
 from privauditor.tasks.signals import atomic_write
 from privauditor.tasks.spec import CellSpec
@@ -25,6 +28,9 @@ COLUMNS = [
     "adaptation",
     "dataset",
     "seed",
+    "epoch",
+    "step",
+    "best",
     "attack",
     "auc",
     "auc_ci_low",
@@ -40,39 +46,44 @@ COLUMNS = [
 
 
 def rows(out: Path) -> list[dict[str, Any]]:
-    """One dict per (finished cell, attack), sorted by cell id then attack."""
+    """One dict per (finished cell, checkpoint, attack), sorted by cell id, epoch, attack."""
     found = []
     for cell_dir in sorted((Path(out) / "cells").glob("*/")):
         if not (cell_dir / "DONE").exists():
             continue
         record = json.loads((cell_dir / "cell.json").read_text())
-        metrics = json.loads((cell_dir / "metrics.json").read_text())
         spec = CellSpec.from_dict(record["config"])
-        for attack in sorted(metrics):
-            m = metrics[attack]
-            if "auc" not in m:
-                continue
-            found.append(
-                {
-                    "cell_id": record["cell_id"],
-                    "model": spec.model,
-                    "adaptation": spec.adaptation,
-                    "dataset": spec.dataset,
-                    "seed": spec.seed,
-                    "attack": attack,
-                    "auc": m["auc"],
-                    "auc_ci_low": m["auc_ci"][0],
-                    "auc_ci_high": m["auc_ci"][1],
-                    "tpr_at_0.1pct_fpr": m["tpr_at_0.1pct_fpr"],
-                    "tpr_at_1pct_fpr": m["tpr_at_1pct_fpr"],
-                    "n_members": m["n_members"],
-                    "n_nonmembers": m["n_nonmembers"],
-                    "utility_loss": record["utility_loss"],
-                    "trainable_params": record["trainable_params"],
-                    "train_seconds": record["train"]["seconds"],
-                }
-            )
+        for checkpoint, metrics in checkpoint_results(cell_dir):
+            for attack in sorted(metrics):
+                if "auc" in metrics[attack]:
+                    found.append(_row(record, spec, checkpoint, attack, metrics[attack]))
     return found
+
+
+def _row(
+    record: dict[str, Any], spec: CellSpec, checkpoint: dict[str, Any], attack: str, m: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "cell_id": record["cell_id"],
+        "model": spec.model,
+        "adaptation": spec.adaptation,
+        "dataset": spec.dataset,
+        "seed": spec.seed,
+        "epoch": checkpoint["epoch"],
+        "step": checkpoint["step"],
+        "best": checkpoint["best"],
+        "attack": attack,
+        "auc": m["auc"],
+        "auc_ci_low": m["auc_ci"][0],
+        "auc_ci_high": m["auc_ci"][1],
+        "tpr_at_0.1pct_fpr": m["tpr_at_0.1pct_fpr"],
+        "tpr_at_1pct_fpr": m["tpr_at_1pct_fpr"],
+        "n_members": m["n_members"],
+        "n_nonmembers": m["n_nonmembers"],
+        "utility_loss": checkpoint["utility_loss"],
+        "trainable_params": record["trainable_params"],
+        "train_seconds": record["train"]["seconds"],
+    }
 
 
 def _atomic(path: Path, write) -> None:
@@ -97,18 +108,19 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from .html import leaderboard_html
-
     table = pa.Table.from_pylist(found, schema=_schema()) if found else _schema().empty_table()
     _atomic(out / "leaderboard.parquet", lambda p: pq.write_table(table, p))
     _atomic(out / "leaderboard.csv", lambda p: pacsv.write_csv(table, p))
-    header = ["model", "adaptation", "dataset", "seed", "attack", "AUC", "95% CI", "TPR@1%FPR", "val NLL"]
+    header = ["model", "adaptation", "dataset", "seed", "epoch", "best", "attack", "AUC", "95% CI", "TPR@1%FPR",
+              "val NLL"]  # fmt: skip
     body = [
         [
             r["model"],
             r["adaptation"],
             r["dataset"],
             r["seed"],
+            "-" if r["epoch"] is None else r["epoch"],
+            "-" if r["best"] is None else r["best"],
             r["attack"],
             f"{r['auc']:.3f}",
             f"[{r['auc_ci_low']:.3f}, {r['auc_ci_high']:.3f}]",
@@ -120,7 +132,8 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
     markdown = [
         "# Leaderboard",
         "",
-        "Mean ± std AUC per adaptation (across models, datasets, seeds and attacks):",
+        "Mean ± std AUC per adaptation at each cell's last checkpoint (across models, datasets, seeds and "
+        "attacks; `findings.md` compares techniques at equal epochs, best validation and matched utility):",
         "",
         _markdown(["adaptation", "AUC", "rows"], summary(found, "adaptation")),
         "",
@@ -128,12 +141,19 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
         "",
         _markdown(["attack", "AUC", "rows"], summary(found, "attack")),
         "",
-        "Every (cell, attack), highest AUC first:",
+        "Every (cell, checkpoint, attack), highest AUC first:",
         "",
         _markdown(header, body),
         "",
     ]
     _atomic(out / "leaderboard.md", lambda p: p.write_text("\n".join(markdown)))
+    write_html(out, found)
+
+
+def write_html(out: Path, found: list[dict[str, Any]]) -> None:
+    """``leaderboard.html`` (ROC and privacy–utility images from ``out/plots/``), atomically."""
+    from .html import leaderboard_html
+
     _atomic(out / "leaderboard.html", lambda p: p.write_text(leaderboard_html(out, found)))
 
 
@@ -148,6 +168,9 @@ def _schema():
 
     types = {
         "seed": pa.int64(),
+        "epoch": pa.int64(),
+        "step": pa.int64(),
+        "best": pa.bool_(),
         "n_members": pa.int64(),
         "n_nonmembers": pa.int64(),
         "trainable_params": pa.int64(),

@@ -39,3 +39,65 @@ def roc_png(metrics: dict, path: Path, title: str) -> Path:
     ax.set_ylim(floor, 1)
     ax.legend(fontsize=7, loc="lower right")
     return atomic_write(path, fig.savefig, suffix=".png")  # the suffix tells savefig the format
+
+
+def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The points no other point beats on both validation NLL and AUC (lower is better for both), by NLL."""
+    front: list[tuple[float, float]] = []
+    for nll, auc in sorted(set(points)):
+        if not front or auc < front[-1][1]:
+            front.append((nll, auc))
+    return front
+
+
+def privacy_utility_pngs(rows: list[dict], attack: str, folder: Path) -> list[Path]:
+    """Per (model, dataset): each technique's trajectory (validation NLL, ``attack``'s AUC) over its
+    checkpoints, means over seeds, epochs labelled, and the Pareto frontier of all points marked.
+    Written to ``folder/<model>__<dataset>.png``; returns the paths."""
+    from collections import defaultdict
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from privauditor.tasks.spec import slug
+
+    curves: dict[tuple, dict[str, dict[int, list[tuple[float, float]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    for r in rows:
+        if r["attack"] == attack and r["epoch"] is not None:
+            curves[(r["model"], r["dataset"])][r["adaptation"]][r["epoch"]].append(
+                (r["utility_loss"], r["auc"])
+            )
+    written = []
+    for (model, dataset), techniques in sorted(curves.items()):
+        fig = Figure(figsize=(6.5, 4.5), dpi=100)
+        FigureCanvasAgg(fig)
+        fig.subplots_adjust(left=0.11, right=0.74, bottom=0.12, top=0.92)
+        ax = fig.add_subplot()
+        every = []
+        for name, epochs in sorted(techniques.items()):
+            points = [tuple(sum(v) / len(v) for v in zip(*epochs[e], strict=True)) for e in sorted(epochs)]
+            every += points
+            ax.plot(*zip(*points, strict=True), marker="o", markersize=3, linewidth=1, label=name)
+            ax.annotate(str(max(epochs)), points[-1], fontsize=6, xytext=(2, 2), textcoords="offset points")
+        front = pareto(every)
+        ax.step(
+            *zip(*front, strict=True),
+            where="post",
+            color="k",
+            linewidth=1.6,
+            alpha=0.35,
+            label="Pareto frontier",
+        )
+        ax.axhline(0.5, color="k", linewidth=0.6, linestyle="--")
+        ax.set(
+            xlabel="validation NLL (nats, lower = more useful)", ylabel=f"{attack} AUC (higher = leaks more)"
+        )
+        ax.set_title(
+            f"{model} on {dataset}: privacy–utility over checkpoints (last epoch labelled)", fontsize=8
+        )
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1))
+        path = Path(folder) / f"{slug(model)}__{slug(dataset)}.png"
+        written.append(atomic_write(path, fig.savefig, suffix=".png"))
+    return written

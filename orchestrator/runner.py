@@ -36,6 +36,22 @@ def leaderboard(results: Results) -> list[dict[str, Any]]:
     return found
 
 
+def write_findings(results: Results, found: list[dict[str, Any]], attack: str = "loss") -> str:
+    """``findings.md`` and the privacy–utility plots from the leaderboard rows ``found``; returns the text."""
+    from .findings import findings
+    from .leaderboard import write_html
+    from .plots import privacy_utility_pngs
+
+    text = findings(results.local, found, attack)
+    write_text(results.local / "findings.md", text)
+    results.upload("findings.md")
+    for path in privacy_utility_pngs(found, attack, results.local / "plots" / "privacy_utility"):
+        results.upload(path.relative_to(results.local).as_posix())
+    write_html(results.local, found)  # now with the plots
+    results.upload("leaderboard.html")
+    return text
+
+
 def run_sweep(
     sweep: Sweep,
     out: str | Path,
@@ -60,6 +76,7 @@ def run_sweep(
     for stale in [
         *local.glob(".*.tmp-*"),
         *local.glob("plots/.*.tmp-*"),
+        *local.glob("plots/privacy_utility/.*.tmp-*"),
     ]:  # being written when a run was killed
         stale.unlink()
     failures: list[tuple[str, str]] = []
@@ -92,6 +109,9 @@ def run_sweep(
 
         log_leaderboard(sweep.wandb, sweep.name, local, found)
     print(f"leaderboard: {local / 'leaderboard.html'} ({len(found)} rows)")
+    if found:
+        write_findings(results, found)
+        print(f"findings: {local / 'findings.md'} (privauditor report {out} prints them)")
     for cell_id, error in failures:
         print(f"FAILED {cell_id}: {error}")
     if interrupted:

@@ -12,6 +12,7 @@ done once per node. The leaderboard is built from the finished cells' ``cell.jso
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,9 +90,12 @@ class Results:
         files = sorted(p.relative_to(self.local).as_posix() for p in folder.rglob("*") if p.is_file())
         for relative in [f for f in files if not f.endswith("/DONE")] + [f"cells/{cell_id}/DONE"]:
             self.upload(relative)
-        for path in sorted(folder.iterdir()):  # the stage keeps only what a leaderboard reads
-            if path.name not in SUMMARY_FILES:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        keep = {folder / name for name in SUMMARY_FILES} | set(folder.glob("checkpoints/*/metrics.json"))
+        for path in sorted(folder.rglob("*"), reverse=True):  # the stage keeps what a leaderboard reads
+            if path.is_file() and path not in keep:
+                path.unlink()
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
 
     def pull_summaries(self) -> None:
         """Fetch what the leaderboard reads of every finished cell (and its ROC image) into the stage."""
@@ -107,6 +111,11 @@ class Results:
             for name in SUMMARY_FILES:
                 if not (self.local / "cells" / cell_id / name).exists():
                     self.download(f"cells/{cell_id}/{name}")
+            record = json.loads((self.local / "cells" / cell_id / "cell.json").read_text())
+            for checkpoint in record.get("checkpoints", []):  # earlier checkpoints' metrics
+                relative = f"cells/{cell_id}/{checkpoint['path']}/metrics.json"
+                if checkpoint["path"] != "." and not (self.local / relative).exists():
+                    self.download(relative)
             if (
                 self._exists(f"plots/{cell_id}.png")
                 and not (self.local / "plots" / f"{cell_id}.png").exists()

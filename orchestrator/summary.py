@@ -1,5 +1,5 @@
-"""Mean ± std AUC per group of leaderboard rows: what the leaderboard files, the HTML page and
-``privauditor report`` print."""
+"""Mean ± std AUC per group of leaderboard rows at each cell's last checkpoint: what the leaderboard
+files, the HTML page and ``privauditor report`` print (``findings.md`` compares checkpoints)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,23 @@ from typing import Any
 SUMMARY_HEADER = ["AUC mean ± std", "std over", "rows"]
 
 
+def final(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of each cell's last checkpoint (a trajectory's earlier checkpoints are left out)."""
+    last: dict[str, int] = {}
+    for row in found:
+        if row["epoch"] is not None:
+            last[row["cell_id"]] = max(last.get(row["cell_id"], row["epoch"]), row["epoch"])
+    return [r for r in found if r["epoch"] is None or r["epoch"] == last[r["cell_id"]]]
+
+
 def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
-    """Mean ± std AUC per value of ``by`` (e.g. adaptation), best first. With several seeds the std is
-    across seeds (of each seed's mean over the group's rows), else across the group's rows."""
+    """Mean ± std AUC per value of ``by`` (e.g. adaptation) at each cell's last checkpoint, best first.
+    With several seeds the std is across seeds (of each seed's mean over the group's rows), else across
+    the group's rows."""
     import numpy as np
 
     groups: dict[str, dict[int, list[float]]] = {}
-    for row in found:
+    for row in final(found):
         groups.setdefault(str(row[by]), {}).setdefault(row["seed"], []).append(row["auc"])
     table = []
     for key, seeds in groups.items():

@@ -62,7 +62,7 @@ def listing(what: str) -> str:
 
 def attacks_listing() -> str:
     """Each attack with its hyper-parameters' defaults, the views it reads, its cost in passes per
-    scored text (at its defaults) and its paper."""
+    scored text (at its defaults), the checkpoints of a trajectory it runs at, and its paper."""
     from privauditor.tasks.attacks import ATTACKS
 
     rows = []
@@ -70,8 +70,10 @@ def attacks_listing() -> str:
         attack = cls()
         fields = ", ".join(f"{k}={v}" for k, v in attack.hyperparameters().items()) or "-"
         views = ", ".join(f"{role}: {view.label}" for role, view in attack.views().items())
-        rows.append([name, fields, views, str(attack.cost()), cls.paper])
-    return render(["attack", "hyper-parameters", "views", "passes per text", "paper"], rows)
+        checkpoints = "every" if attack.cheap else "last + best"
+        rows.append([name, fields, views, str(attack.cost()), checkpoints, cls.paper])
+    headers = ["attack", "hyper-parameters", "views", "passes per text", "checkpoints", "paper"]
+    return render(headers, rows)
 
 
 def metrics_table(metrics: dict) -> str:
@@ -88,6 +90,17 @@ def metrics_table(metrics: dict) -> str:
         ci = f"[{m['auc_ci'][0]:.3f}, {m['auc_ci'][1]:.3f}]"
         rows.append([name, fmt(m["auc"]), ci, fmt(m["tpr_at_0.1pct_fpr"]), fmt(m["tpr_at_1pct_fpr"])])
     return render(["attack", "AUC", "95% CI", "TPR@0.1%FPR", "TPR@1%FPR"], rows)
+
+
+def checkpoints_table(audited: list) -> str:
+    """One row per checkpoint of a cell: epoch, step, validation NLL, best, and each attack's AUC."""
+    attacks = list(dict.fromkeys(a for _, metrics in audited for a in metrics))
+    rows = [
+        [c["epoch"], c["step"], f"{c['utility_loss']:.3f}", "best" if c["best"] else "",
+         *("-" if "auc" not in m.get(a, {}) else f"{m[a]['auc']:.3f}" for a in attacks)]
+        for c, m in audited
+    ]  # fmt: skip
+    return render(["epoch", "step", "val NLL", "", *(f"{a} AUC" for a in attacks)], rows)
 
 
 def adaptations_listing() -> str:

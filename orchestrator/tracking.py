@@ -29,12 +29,21 @@ def _wandb(settings: Any):
 
 
 def log_cell(
-    settings: Any, sweep_name: str, out: Path, record: dict[str, Any], metrics: dict[str, Any]
+    settings: Any,
+    sweep_name: str,
+    out: Path,
+    record: dict[str, Any],
+    audited: list[tuple[dict[str, Any], dict[str, Any]]],
 ) -> None:
-    """One W&B run for a finished cell: its resolved config and per-attack metrics (no ROC points)."""
+    """One W&B run for a finished cell: its resolved config, one history step per checkpoint (epoch,
+    validation NLL, each attack's AUC) and, as the summary, the last checkpoint's per-attack metrics (no
+    ROC points)."""
     wandb, mode = _wandb(settings)
     if wandb is None:
         return
+    from .trials import checkpoint_report
+
+    metrics = audited[-1][1]
     summary = {
         f"{attack}/{key}": value
         for attack, m in metrics.items()
@@ -54,6 +63,10 @@ def log_cell(
         reinit="finish_previous",
         settings=wandb.Settings(silent=True),  # the sweep's console is privauditor's progress
     )
+    run.define_metric("*", step_metric="epoch")  # charts against epoch, not W&B's own step
+    for checkpoint, found in audited:
+        history = checkpoint_report(checkpoint, found)
+        run.log({k: v for k, v in history.items() if v is not None and k != "best"})
     run.summary.update(summary)
     run.finish()
 

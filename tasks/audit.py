@@ -142,6 +142,18 @@ def run_audit(
         },
         "provenance": {"adaptation_hash": adapter_hash, "texts": texts},
         "views": found.views,
+        "checkpoints": [  # one, of unknown training epoch
+            {
+                "epoch": None,
+                "step": None,
+                "best": None,
+                "path": ".",
+                "utility_loss": utility,
+                "adaptation_hash": adapter_hash,
+                "attacks": [a.name for a in spec.attacks],
+                "views": found.views,
+            }
+        ],  # fmt: skip
         "trainable_params": trainable,
         "train": {"seconds": 0.0},
         "utility_loss": utility,  # mean NLL on the non-members (held-out text)

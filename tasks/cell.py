@@ -6,6 +6,14 @@
 base such as its signals, neighbour texts), where every later cell of the same (base, dataset, seed)
 finds them. A cell with ``DONE`` is not redone; one without is cleared and redone. Every file is written
 to a temporary name and renamed.
+
+Training runs once and snapshots the adaptation at every epoch of ``train.checkpoints``; afterwards each
+snapshot is audited in turn. The last checkpoint's audit is the cell folder's own files (above); an
+earlier one's has the same files under ``checkpoints/epoch-<e>/``. ``cell.json``'s ``checkpoints`` lists
+them (epoch, step, ``best`` = lowest validation NLL of the cell, path, utility, adaptation hash, attacks
+run). Attacks on the target's stored signals alone (and on views of un-adapted models, computed once per
+split) run at every checkpoint; those that need more passes through the target (neighbours, gradients)
+run at the last and the best.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from .signals import write_json
 from .spec import CellSpec, slug
 
 # 2: the typed spec (data, weights and version identities in the cell id), split parts, views
-RESULTS_FORMAT = 2
+# 3: checkpoints (one audit per snapshot; earlier ones under checkpoints/epoch-<e>/)
+RESULTS_FORMAT = 3
 PACKAGES = ("privauditor", "torch", "transformers", "peft", "datasets", "numpy", "pyarrow", "scikit-learn")
 
 
@@ -146,10 +155,11 @@ def execute(
     """The cell's work; returns the ``cell.json`` record (spec, provenance, timings, training)."""
     from .adaptations import build_adaptation
     from .datasets import load_dataset
-    from .evaluate import Scorer, evaluate, identity_of
+    from .evaluate import identity_of
     from .models import load_model
+    from .snapshots import saver
     from .splits import draw_split
-    from .training import apply_seeded, train, train_config_of, validation_loss
+    from .training import apply_seeded, train, train_config_of
 
     technique = build_adaptation(spec.adaptation, spec.adaptation_params)
     # the split before the model: bad data fails before any weights load
@@ -162,29 +172,32 @@ def execute(
     split_file = shared_split(shared, spec, split)
     base_identity = identity_of(loaded.model, loaded.tokenizer, spec.model, spec.base, "none")
     model = apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed)
+    snapshots = cell_dir / ".snapshots"
     if spec.train.deepspeed is None:
-        train_config = train_config_of(spec)
+        train_config, checkpoints = train_config_of(spec), spec.train.checkpoints
+        on_checkpoint = saver(model, snapshots)
         result = clock(
-            "train", lambda: train(model, loaded.tokenizer, split.trained, train_config, loaded.seq2seq)
+            "train",
+            lambda: train(
+                model,
+                loaded.tokenizer,
+                split.trained,
+                train_config,
+                loaded.seq2seq,
+                checkpoints=checkpoints,
+                on_checkpoint=on_checkpoint,
+            ),  # fmt: skip
         )
     else:
-        result = clock("train", lambda: train_elsewhere(spec, model, cell_dir / ".train", env.distributed))
+        result = clock("train", lambda: train_elsewhere(spec, snapshots, env.distributed))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    adaptation_hash = "none"
-    if spec.adaptation != "none":
-        clock("save", lambda: technique.save(model, cell_dir / "adapter"))
-        adaptation_hash = directory_hash(cell_dir / "adapter")
-    utility = clock(
-        "utility",
-        lambda: validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq),
-    )
-    identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
-    target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity)
-    parts = {part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")}
-    found = evaluate(
-        target, parts, spec.attacks, cell_dir, shared, reference_for(spec, loaded, base_identity), max_length,
-        spec.score.batch_size, spec.score.bootstrap, spec.seed, clock, env.map_jobs,
+    reference = reference_for(spec, loaded, base_identity)
+    audited = audit_checkpoints(
+        spec, technique, model, loaded, split, result.checkpoints, snapshots, cell_dir, shared, reference,
+        clock, env,
     )  # fmt: skip
+    shutil.rmtree(snapshots, ignore_errors=True)
+    final = audited[-1]
     return {
         "cell_id": cell_id,
         "config": spec.to_dict(),
@@ -193,9 +206,10 @@ def execute(
             "results_format": RESULTS_FORMAT,
             "split": split.hashes(),
             "split_file": str(split_file.relative_to(shared.parent)),
-            "adaptation_hash": adaptation_hash,
+            "adaptation_hash": final["adaptation_hash"],
         },
-        "views": found.views,
+        "views": final["views"],
+        "checkpoints": audited,
         "trainable_params": trainable,
         "train": {
             "epochs": result.epochs,
@@ -204,12 +218,80 @@ def execute(
             "seconds": result.seconds,
             "epoch_losses": result.epoch_losses,
         },
-        "utility_loss": utility,
+        "utility_loss": final["utility_loss"],
         "device": str(next(model.parameters()).device),
         "n_members": len(split.members),
         "n_nonmembers": len(split.nonmembers),
         "timings": clock.seconds,
     }
+
+
+def audit_checkpoints(
+    spec: CellSpec, technique: Any, model: Any, loaded: Any, split: Any, checkpoints: list[tuple[int, int]],
+    snapshots: Path, cell_dir: Path, shared: Path, reference: Any, clock: _Clock, env: CellEnvironment,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Score and attack each (epoch, step) snapshot of the training run; returns the ``checkpoints``
+    records of ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the
+    earliest of ties) gets the costly attacks too."""
+    from .attacks import build_attack
+    from .evaluate import Scorer, evaluate, identity_of
+    from .snapshots import load_snapshot
+    from .training import validation_loss
+
+    max_length = spec.train.max_length
+
+    def utility() -> float:
+        return validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
+
+    utilities = {}
+    for epoch, _ in checkpoints:
+        load_snapshot(model, snapshots, epoch)
+        utilities[epoch] = clock("utility", utility)
+    best = min(utilities, key=lambda e: (utilities[e], e))
+    last = checkpoints[-1][0]
+    parts = {part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")}
+    audited = []
+    for epoch, step in checkpoints:
+        load_snapshot(model, snapshots, epoch)
+        folder = cell_dir if epoch == last else cell_dir / checkpoint_path(epoch)
+        adaptation_hash = "none"
+        if spec.adaptation != "none":
+            clock("save", lambda folder=folder: technique.save(model, folder / "adapter"))
+            adaptation_hash = directory_hash(folder / "adapter")
+        identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
+        target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity)
+        attacks = [a for a in spec.attacks if epoch in (last, best) or build_attack(a.name, a.params).cheap]
+        found = evaluate(
+            target, parts, attacks, folder, shared, reference, max_length, spec.score.batch_size,
+            spec.score.bootstrap, spec.seed, clock, env.map_jobs, views_dir=cell_dir,
+        )  # fmt: skip
+        audited.append(
+            {
+                "epoch": epoch,
+                "step": step,
+                "best": epoch == best,
+                "path": str(folder.relative_to(cell_dir)),
+                "utility_loss": utilities[epoch],
+                "adaptation_hash": adaptation_hash,
+                "attacks": [a.name for a in attacks],
+                "views": found.views,
+            }
+        )
+    return audited
+
+
+def checkpoint_results(cell_dir: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """A finished cell's (checkpoint record, metrics by attack) pairs, in epoch order."""
+    record = json.loads((Path(cell_dir) / "cell.json").read_text())
+    return [
+        (checkpoint, json.loads((Path(cell_dir) / checkpoint["path"] / "metrics.json").read_text()))
+        for checkpoint in record["checkpoints"]
+    ]
+
+
+def checkpoint_path(epoch: int) -> str:
+    """Where an earlier checkpoint's audit lives in its cell's folder (the last one's is the folder)."""
+    return f"checkpoints/epoch-{epoch}"
 
 
 def check_context(max_length: int, virtual: int, loaded: Any, name: str) -> None:
@@ -227,14 +309,12 @@ def check_context(max_length: int, virtual: int, loaded: Any, name: str) -> None
         )
 
 
-def train_elsewhere(spec: CellSpec, model: Any, workdir: Path, distributed: Any) -> Any:
-    """Train on ``train.workers`` ranks under DeepSpeed and load the result into ``model``."""
-    from .distributed import load_trained
+def train_elsewhere(spec: CellSpec, workdir: Path, distributed: Any) -> Any:
+    """Train on ``train.workers`` ranks under DeepSpeed; the snapshots land in ``workdir``."""
+    from .distributed import trained_result
 
     distributed({"cell": spec, "workdir": str(workdir), "timeout_s": remaining()}, spec.train.workers)
-    result = load_trained(model, workdir)
-    shutil.rmtree(workdir)
-    return result
+    return trained_result(workdir)
 
 
 def reference_for(spec: CellSpec, loaded: Any, base_identity: Any) -> Any:

@@ -46,6 +46,24 @@ class SplitConfig:
                                   "known_members": 0})  # fmt: skip
 
 
+def check_checkpoints(checkpoints: tuple[int, ...] | None, epochs: int | None) -> None:
+    """``train.checkpoints``: epochs from 0 up, strictly ascending, the last equal to ``train.epochs`` when
+    both are set."""
+    if checkpoints is None:
+        return
+    shown = list(checkpoints)
+    if (
+        not checkpoints
+        or checkpoints[0] < 0
+        or any(b <= a for a, b in zip(checkpoints, checkpoints[1:], strict=False))
+    ):
+        raise PrivauditorError(f"train.checkpoints must be epochs from 0 up in ascending order, not {shown}")
+    if epochs is not None and epochs != checkpoints[-1]:
+        raise PrivauditorError(
+            f"train.epochs ({epochs}) must be the last of train.checkpoints ({shown}): set one of them"
+        )
+
+
 @dataclass(frozen=True)
 class DeepSpeedSettings:
     """DeepSpeed ZeRO for the adaptation step (it then runs in a Ray Train ``TorchTrainer``)."""
@@ -61,7 +79,10 @@ class DeepSpeedSettings:
 
 @dataclass(frozen=True)
 class TrainSettings:
-    epochs: int | None = None  # None: the technique's own default
+    epochs: int | None = None  # None: the last checkpoint, else the technique's own default
+    #: epochs after which the adaptation is snapshotted and audited (ascending; the last = ``epochs``);
+    #: None: one checkpoint, at ``epochs``
+    checkpoints: tuple[int, ...] | None = None
     lr: float | None = None  # None: the technique's own default
     batch_size: int = 8  # the global batch (split across workers)
     max_length: int = 128
@@ -70,6 +91,7 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         _at_least("train", self, {"epochs": 0, "lr": 0, "batch_size": 1, "max_length": 2, "workers": 1})
+        check_checkpoints(self.checkpoints, self.epochs)
         if self.batch_size < self.workers:
             raise PrivauditorError(
                 f"train.batch_size ({self.batch_size}) must be at least train.workers ({self.workers})"

@@ -4,10 +4,10 @@
 ``TorchTrainer`` sets one up; any launcher that does works): each rank loads the base, applies the
 technique with the cell's seed, and trains its share of every global batch through a DeepSpeed engine
 (ZeRO stage 0-3, optional CPU offload, bf16 where the accelerator supports it, a plain torch AdamW so
-no optimizer kernels are compiled). The trained weights are gathered with every rank taking part
-(ZeRO-3 partitions them) and rank 0 writes them, with the loss record, to ``workdir``;
-:func:`load_trained` puts them into the cell's own model, which is then saved and scored exactly as
-after one-process training. Nothing here imports Ray.
+no optimizer kernels are compiled). At every checkpoint the trainable weights are gathered with every
+rank taking part (ZeRO-3 partitions them) and rank 0 writes them as a snapshot to ``workdir``, and the
+loss record at the end; the cell loads the snapshots into its own model and scores them exactly as after
+one-process training. Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from .deadline import limit
-from .training import TrainResult, apply_seeded, linear_decay, train, train_config_of
+from .snapshots import save_snapshot
+from .training import TrainResult, apply_seeded, train, train_config_of, warmup_then_constant
 
-STATE_FILE = "trained.safetensors"
 RESULT_FILE = "train.json"
 
 
@@ -59,11 +59,11 @@ class DeepSpeedStep:
     def __init__(self, settings: Any, micro_batch: int) -> None:
         self.settings, self.config, self.engine = settings, deepspeed_config(settings, micro_batch), None
 
-    def __call__(self, model: Any, parameters: list[Any], lr: float, total: int) -> DeepSpeedStep:
+    def __call__(self, model: Any, parameters: list[Any], lr: float, warmup: int) -> DeepSpeedStep:
         import deepspeed
 
         optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_decay(total))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_constant(warmup))
         self.engine, *_ = deepspeed.initialize(
             model=model,
             optimizer=optimizer,
@@ -116,43 +116,32 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     train_config = train_config_of(cell)
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     step = DeepSpeedStep(cell.train.deepspeed, -(-cell.train.batch_size // world))
+    workdir = Path(spec["workdir"])
+
+    def snapshot(epoch: int, _step: int) -> None:
+        state = step.gathered_trainable(names)  # every rank takes part; rank 0 writes
+        if state is not None:
+            save_snapshot(state, workdir, epoch)
+
     with limit(spec.get("timeout_s")):
         result = train(
             model, loaded.tokenizer, split.trained, train_config, loaded.seq2seq,
             make_step=lambda *a: step(*a).step, rank=rank, world=world,
+            checkpoints=cell.train.checkpoints, on_checkpoint=snapshot,
         )  # fmt: skip
-    state = step.gathered_trainable(names)  # every rank's loop checks the same time limit
-    torch.distributed.barrier()
+    torch.distributed.barrier()  # every rank's loop checks the same time limit
     if rank != 0:
         return None
-    from safetensors.torch import save_file
-
-    workdir = Path(spec["workdir"])
-    workdir.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(workdir / STATE_FILE))
     used = step.config["zero_optimization"] | {"bf16": step.config["bf16"]["enabled"]}
     record = result.__dict__ | {"workers": world, "deepspeed": used}
     (workdir / RESULT_FILE).write_text(json.dumps(record))
     return record
 
 
-def load_trained(model: Any, workdir: Path) -> TrainResult:
-    """Load rank 0's gathered weights into ``model`` (the technique applied, same seed) and return the
-    loss record; every trainable weight must be there and nothing else."""
-    from safetensors.torch import load_file
-
-    from .errors import PrivauditorError
-
-    state = load_file(str(workdir / STATE_FILE))
-    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    if set(state) != set(trainable):
-        missing, extra = sorted(set(trainable) - set(state))[:3], sorted(set(state) - set(trainable))[:3]
-        raise PrivauditorError(
-            f"distributed training returned other weights (missing {missing}, unexpected {extra})"
-        )
-    with torch.no_grad():
-        for name, value in state.items():
-            trainable[name].copy_(value.to(trainable[name].device, trainable[name].dtype))
-    record = json.loads((workdir / RESULT_FILE).read_text())
-    fields = {k: record[k] for k in ("epochs", "lr", "steps", "seconds", "loss_curve", "epoch_losses")}
-    return TrainResult(**fields)
+def trained_result(workdir: Path) -> TrainResult:
+    """The loss record rank 0 wrote; the weights are the snapshots beside it (``snapshots.py``)."""
+    record = json.loads((Path(workdir) / RESULT_FILE).read_text())
+    fields = ("epochs", "lr", "steps", "seconds", "loss_curve", "epoch_losses")
+    return TrainResult(
+        **{k: record[k] for k in fields}, checkpoints=[tuple(c) for c in record["checkpoints"]]
+    )

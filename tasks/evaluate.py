@@ -75,6 +75,7 @@ def evaluate(
     seed: int = 0,
     clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work(),
     map_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] = in_process,
+    views_dir: Path | None = None,
 ) -> Evaluation:
     """Run ``attacks`` (each with ``name`` and ``params``, e.g. a cell spec's) on ``target``.
 
@@ -82,12 +83,16 @@ def evaluate(
     ``known_members``. Views are computed here, once each; the attacks are jobs on the stored views, run
     through ``map_jobs`` (in this process, or as parallel Ray tasks). An attack that reads the reference
     model is skipped with a note when there is none (a full checkpoint audited without ``--reference``).
+    Views of the adapted model are kept under ``views_dir`` (default ``out_dir``): a cell keeps every
+    checkpoint's there, apart by their adaptation hash.
     """
     scorers = {"target": lambda: target}
     identities = {"target": target.identity}
     if reference is not None:
         scorers["reference"], identities["reference"] = reference.load, reference.identity
-    context = ViewContext(scorers, identities, parts, max_length, batch_size, seed, shared, out_dir, clock)
+    own = out_dir if views_dir is None else views_dir
+    context = ViewContext(scorers, identities, parts, max_length, batch_size, seed, shared, own, clock)
+    out_dir.mkdir(parents=True, exist_ok=True)
     signals_file = out_dir / "signals.parquet"
     shutil.copyfile(context.file(build_view("signals")), signals_file)  # the contract's copy, in the cell
     metrics: dict[str, Any] = {}

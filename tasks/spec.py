@@ -56,6 +56,7 @@ class TrainSpec:
     """Training as it will run: the technique's defaults filled in."""
 
     epochs: int
+    checkpoints: tuple[int, ...]  # epochs audited, ascending, the last = epochs; (0,) for ``none``
     lr: float
     batch_size: int
     max_length: int
@@ -132,9 +133,17 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
     if deepspeed is None and trains:
         stage = spec.resources.zero_stage or (2 if train.workers > 1 else None)
         deepspeed = None if stage is None else DeepSpeedSettings(stage)
+    if not trains:  # the base itself: one checkpoint, whatever the sweep's training settings
+        epochs, checkpoints, lr = 0, (0,), 0.0
+    else:
+        epochs = train.checkpoints[-1] if train.checkpoints else train.epochs
+        epochs = technique.default_epochs if epochs is None else epochs
+        checkpoints = train.checkpoints or (epochs,)
+        lr = technique.default_lr_on(config.model, spec.family) if train.lr is None else train.lr
     resolved_train = TrainSpec(
-        epochs=technique.default_epochs if train.epochs is None else train.epochs,
-        lr=technique.default_lr_for(spec.family) if train.lr is None else train.lr,
+        epochs=epochs,
+        checkpoints=tuple(checkpoints),
+        lr=lr,
         batch_size=train.batch_size,
         max_length=train.max_length,
         workers=train.workers if trains else 1,

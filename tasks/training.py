@@ -4,7 +4,15 @@ Every family trains on, and is scored on, the target tokens conditioned on the p
 rule): a causal model sees ``<s> prompt target`` with labels on the target positions only; T5 gets
 the prompt as encoder input and the target as decoder labels. Prompt and target are tokenized
 separately, so the target's tokens are exactly the tokenization of the target text. Training is plain
-PyTorch (AdamW, linear decay, gradient clipping), seeded and deterministic on CPU.
+PyTorch (AdamW, gradient clipping), seeded and deterministic on CPU.
+
+The learning rate warms up linearly over the first epoch's steps (at most :data:`WARMUP_STEPS`) and then
+stays constant: nothing in the schedule depends on how many epochs the run has, so the snapshot taken
+after epoch e (``checkpoints``) is the model an e-epoch run with the same seed gives, step for step. A
+decay to zero at the budget's end (the usual linear or cosine schedule) would make every budget a
+different run, and a warm-up–stable–decay schedule would need a cool-down branch per checkpoint, each of
+them extra training that the audited trajectory never took; a constant rate costs the final models some
+utility, which the validation NLL of every checkpoint shows.
 
 Example::
 
@@ -28,7 +36,9 @@ from .deadline import check, expired, timeout
 log = logging.getLogger(__name__)
 
 #: bump whenever a change to the training loop alters the weights it trains (part of every cell id)
-TRAINER_VERSION = 1
+TRAINER_VERSION = 2  # 2: warm-up then constant (was: linear decay over the run)
+#: the warm-up's longest length in steps (it lasts one epoch when epochs are shorter)
+WARMUP_STEPS = 100
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class TrainResult:
     lr: float
     steps: int = 0
     seconds: float = 0.0
+    checkpoints: list[tuple[int, int]] = field(default_factory=list)  # (epoch, step) of each snapshot
     loss_curve: list[float] = field(default_factory=list)  # per step
     epoch_losses: list[float] = field(default_factory=list)  # mean per epoch
 
@@ -117,12 +128,12 @@ def train_config_of(spec: Any) -> TrainConfig:
 
 
 class LocalStep:
-    """One optimisation step in this process: AdamW, linear decay to zero, gradient clipping at 1."""
+    """One optimisation step in this process: AdamW, warm-up then a constant rate, gradient clipping at 1."""
 
-    def __init__(self, model: Any, parameters: list[Any], lr: float, total: int) -> None:
+    def __init__(self, model: Any, parameters: list[Any], lr: float, warmup: int) -> None:
         self.parameters = parameters
         self.optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, linear_decay(total))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_then_constant(warmup))
         self.model = model
 
     def __call__(self, batch: dict[str, torch.Tensor], weight: float) -> torch.Tensor:
@@ -135,8 +146,9 @@ class LocalStep:
         return loss.detach()
 
 
-def linear_decay(total: int) -> Any:
-    return lambda step: 1.0 - step / (total + 1)
+def warmup_then_constant(warmup: int) -> Any:
+    """The rate's factor at each step: (step + 1) / warmup for the first ``warmup`` steps, then 1."""
+    return lambda step: min(1.0, (step + 1) / max(1, warmup))
 
 
 def train(
@@ -148,29 +160,42 @@ def train(
     make_step: Any = LocalStep,
     rank: int = 0,
     world: int = 1,
+    checkpoints: Sequence[int] = (),
+    on_checkpoint: Any = None,
 ) -> TrainResult:
     """Train the trainable parameters of ``model`` on ``examples``; returns the loss record.
 
-    With ``world`` > 1 (data parallel, e.g. DeepSpeed workers) every rank draws the same order and
+    After each epoch listed in ``checkpoints`` (0: before the first step) ``on_checkpoint(epoch, step)``
+    is called, to snapshot the trainable weights; it must not draw random numbers or change the model's
+    mode. With ``world`` > 1 (data parallel, e.g. DeepSpeed workers) every rank draws the same order and
     takes its share of each global batch of ``config.batch_size``; ``make_step(model, parameters, lr,
-    total)`` builds the step function (``LocalStep`` here, a DeepSpeed engine under Ray Train) and the
+    warmup)`` builds the step function (``LocalStep`` here, a DeepSpeed engine under Ray Train) and the
     recorded losses are the mean over all ranks' tokens.
     """
     assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
     result = TrainResult(epochs=config.epochs, lr=config.lr)
+    steps_per_epoch = -(-len(examples) // config.batch_size)
+
+    def snapshot(epoch: int, step: int) -> None:
+        if epoch in checkpoints:
+            result.checkpoints.append((epoch, step))
+            if on_checkpoint is not None:
+                on_checkpoint(epoch, step)
+
     parameters = [p for p in model.parameters() if p.requires_grad]
-    if config.epochs == 0 or not parameters:
+    if config.epochs == 0 or not parameters:  # nothing trains: every snapshot is the start
+        for epoch in checkpoints:
+            snapshot(epoch, 0)
         return result
     data = encode(tokenizer, examples, config.max_length, seq2seq)
     torch.manual_seed(config.seed + rank)  # dropout masks (LoRA's, adapters') draw from the global generator
     generator = torch.Generator().manual_seed(config.seed)
-    steps_per_epoch = -(-len(data) // config.batch_size)
-    total = steps_per_epoch * config.epochs
-    step = make_step(model, parameters, config.lr, total)
+    step = make_step(model, parameters, config.lr, min(WARMUP_STEPS, steps_per_epoch))
+    snapshot(0, 0)  # after the step is built: a DeepSpeed engine gathers the weights
     device = parameters[0].device
     model.train()
     started = time.perf_counter()
-    for _epoch in range(config.epochs):
+    for epoch in range(config.epochs):
         order = torch.randperm(len(data), generator=generator).tolist()
         epoch_loss = epoch_tokens = 0.0
         for start in range(0, len(order), config.batch_size):
@@ -189,7 +214,8 @@ def train(
             epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
             result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
         result.epoch_losses.append(round(epoch_loss / max(1, epoch_tokens), 4))
-    result.steps = total
+        snapshot(epoch + 1, (epoch + 1) * steps_per_epoch)
+    result.steps = steps_per_epoch * config.epochs
     result.seconds = round(time.perf_counter() - started, 2)
     model.eval()
     return result

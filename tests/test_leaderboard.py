@@ -1,12 +1,21 @@
-"""Leaderboard summaries: mean ± std per adaptation / attack, across seeds when there are several."""
+"""Leaderboard summaries: mean ± std per adaptation / attack at each cell's last checkpoint, across seeds
+when there are several."""
 
 from __future__ import annotations
 
 from privauditor.orchestrator.leaderboard import summary
 
 
-def row(adaptation, seed, auc, attack="loss"):
-    return {"adaptation": adaptation, "seed": seed, "auc": auc, "attack": attack}
+def row(adaptation, seed, auc, attack="loss", epoch=3):
+    cell = f"{adaptation}-{seed}"
+    return {
+        "cell_id": cell,
+        "adaptation": adaptation,
+        "seed": seed,
+        "auc": auc,
+        "attack": attack,
+        "epoch": epoch,
+    }
 
 
 def test_one_seed_spreads_over_rows_and_several_seeds_over_seed_means():
@@ -14,6 +23,7 @@ def test_one_seed_spreads_over_rows_and_several_seeds_over_seed_means():
         row("lora", 0, 0.6), row("lora", 0, 0.8, "zlib"),  # seed 0 mean 0.7
         row("lora", 1, 0.5), row("lora", 1, 0.5, "zlib"),  # seed 1 mean 0.5
         row("full", 0, 0.9), row("full", 0, 0.7, "zlib"),
+        row("full", 0, 0.1, epoch=1), row("lora", 1, 0.1, "zlib", epoch=1),  # earlier checkpoints: left out
     ]  # fmt: skip
     table = {r[0]: r[1:] for r in summary(found, "adaptation")}
     assert table["lora"] == ["0.600 ± 0.141", "2 seeds", 4]  # mean of (0.7, 0.5), sample std sqrt(0.02)

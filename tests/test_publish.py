@@ -11,6 +11,7 @@ from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.leaderboard import COLUMNS
 from privauditor.orchestrator.sweep import WandbSettings
 from privauditor.orchestrator.tracking import log_cell, log_leaderboard
+from privauditor.tasks.cell import checkpoint_results
 
 CANARY = "QZXV{:03d}CANARY"
 
@@ -51,9 +52,8 @@ def test_published_folder_and_wandb_files_hold_no_sample_text(tmp_path, monkeypa
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     record = json.loads((cell_dir / "cell.json").read_text())
-    metrics = json.loads((cell_dir / "metrics.json").read_text())
     settings = WandbSettings(mode="offline", project="canary")
-    log_cell(settings, "canary", out, record, metrics)
+    log_cell(settings, "canary", out, record, checkpoint_results(cell_dir))
     from privauditor.orchestrator.leaderboard import build
 
     log_leaderboard(settings, "canary", out, build(out))

@@ -93,14 +93,15 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     assert len(list((out / "shared" / "views" / "signals").glob("*.parquet"))) == 1  # reused by the new cell
 
     changed = json.loads(json.dumps(SWEEP))
-    changed["train"]["epochs"] = 2  # `none` trains nothing, but its resolved settings changed too
+    changed["train"]["epochs"] = 2  # `none` trains nothing: its cell (one checkpoint, epoch 0) stays
     code, printed = run(tmp_path, changed, out, capsys)
-    assert code == 0 and "0 already done, 2 to run" in printed
-    assert len(list((out / "cells").glob("*/DONE"))) == 5
+    assert code == 0 and "1 already done, 1 to run" in printed
+    assert len(list((out / "cells").glob("*/DONE"))) == 4
 
     (out / "leaderboard.parquet").unlink()
     assert main(["report", str(out)]) == 0
-    assert pq.read_table(out / "leaderboard.parquet").num_rows == 5 * 4
+    assert pq.read_table(out / "leaderboard.parquet").num_rows == 4 * 4
+    assert (out / "findings.md").read_text().startswith("# Findings")
 
 
 def test_a_failing_cell_is_reported_and_the_others_finish(ray_session, tmp_path, capsys):

@@ -20,10 +20,26 @@ def results(tmp_path, monkeypatch):
 
 
 def fake_cell(results, cell_id, auc):
+    """A finished cell of two checkpoints: epoch 1 (under ``checkpoints/``) and epoch 2 (the folder)."""
     folder = results.local / "cells" / cell_id
     (folder / "adapter").mkdir(parents=True)
     (folder / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
-    metrics = {
+    spec = cell_config({"model": "tiny-gpt2", "adaptation": "lora", "dataset": "sql"}).resolve(build=False)
+    checkpoints = [
+        {"epoch": 1, "step": 2, "best": False, "path": "checkpoints/epoch-1", "utility_loss": 5.5},
+        {"epoch": 2, "step": 4, "best": True, "path": ".", "utility_loss": 5.0},
+    ]
+    record = {"cell_id": cell_id, "utility_loss": 5.0, "trainable_params": 3, "train": {"seconds": 1.0},
+              "config": spec.to_dict(), "checkpoints": checkpoints}  # fmt: skip
+    for checkpoint, value in zip(checkpoints, (auc - 0.05, auc), strict=True):
+        write_json(folder / checkpoint["path"] / "signals.parquet", {})  # what the stage need not keep
+        write_json(folder / checkpoint["path"] / "metrics.json", metrics(value))
+    for name, data in (("cell.json", record), ("DONE", {"cell_id": cell_id})):
+        write_json(folder / name, data)
+
+
+def metrics(auc):
+    return {
         "loss": {
             "auc": auc,
             "auc_ci": [auc - 0.1, auc + 0.1],
@@ -34,11 +50,6 @@ def fake_cell(results, cell_id, auc):
             "roc": [[0, 0], [1, 1]],
         }
     }
-    spec = cell_config({"model": "tiny-gpt2", "adaptation": "lora", "dataset": "sql"}).resolve(build=False)
-    record = {"cell_id": cell_id, "utility_loss": 5.0, "trainable_params": 3, "train": {"seconds": 1.0},
-              "config": spec.to_dict()}  # fmt: skip
-    for name, data in (("metrics.json", metrics), ("cell.json", record), ("DONE", {"cell_id": cell_id})):
-        write_json(folder / name, data)
 
 
 def test_a_cell_is_uploaded_whole_with_done_last(results, tmp_path, monkeypatch):
@@ -49,7 +60,7 @@ def test_a_cell_is_uploaded_whole_with_done_last(results, tmp_path, monkeypatch)
     monkeypatch.setattr(Results, "upload", lambda self, rel: (uploads.append(rel), original(self, rel)))
     assert not results.done("c1")
     results.push_cell("c1")
-    assert uploads[-1] == "cells/c1/DONE" and len(uploads) == len(set(uploads)) == 4
+    assert uploads[-1] == "cells/c1/DONE" and len(uploads) == len(set(uploads)) == 7
     remote = tmp_path / "bucket" / "run" / "cells" / "c1"
     assert (remote / "adapter" / "adapter_model.safetensors").read_bytes() == b"weights"
     assert results.done("c1")
@@ -74,16 +85,17 @@ def test_an_interrupted_upload_leaves_no_done(results, monkeypatch):
 def test_leaderboard_from_cells_finished_on_other_nodes(results, tmp_path, monkeypatch):
     fake_cell(results, "c3", 0.8)
     results.push_cell("c3")
-    assert sorted(p.name for p in (results.local / "cells" / "c3").iterdir()) == [
-        "DONE",
-        "cell.json",
-        "metrics.json",
-    ]
+    stage = results.local / "cells" / "c3"
+    kept = sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file())
+    assert kept == ["DONE", "cell.json", "checkpoints/epoch-1/metrics.json", "metrics.json"]
     monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path / "other-cache"))
     elsewhere = Results.at(results.uri)  # another node: an empty stage of its own
     assert elsewhere.local != results.local and not (elsewhere.local / "cells").exists()
     found = leaderboard(elsewhere)
-    assert [(r["cell_id"], r["auc"]) for r in found] == [("c3", 0.8)]
+    assert [(r["cell_id"], r["epoch"], r["auc"], r["best"]) for r in found] == [
+        ("c3", 1, 0.75, False),
+        ("c3", 2, 0.8, True),
+    ]
     remote = tmp_path / "bucket" / "run"
     assert json.loads((remote / "cells" / "c3" / "DONE").read_text())["cell_id"] == "c3"
     assert (remote / "leaderboard.parquet").stat().st_size > 0 and (remote / "leaderboard.html").exists()

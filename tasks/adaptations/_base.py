@@ -39,6 +39,13 @@ class Adaptation:
         """The default learning rate on ``family`` (the class default unless a technique says otherwise)."""
         return self.default_lr
 
+    def default_lr_on(self, model: str, family: str) -> float:
+        """The default learning rate on the base ``model``: the one chosen for it by validation NLL
+        (``benchmarks/learning_rates.py``, tiny bases), else the family's."""
+        from ._rates import RATES
+
+        return RATES.get(self.name, {}).get(model) or self.default_lr_for(family)
+
     def unsupported_reason(self, family: str) -> str | None:
         """Why this technique cannot adapt ``family`` (None when it can)."""
         if self.families is not None and family not in self.families:

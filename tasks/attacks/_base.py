@@ -43,6 +43,13 @@ class Attack:
     def hyperparameters(self) -> dict[str, Any]:
         return dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
 
+    @property
+    def cheap(self) -> bool:
+        """Run at every checkpoint of a training trajectory: the attack reads no view of the target model
+        but its signals (views of un-adapted models are computed once per split and shared). Others need
+        more passes through every snapshot (neighbours, gradients) and run at the last and the best."""
+        return all(view.name == "signals" or "target" not in view.models() for view in self.views().values())
+
     def cost(self) -> Cost:
         """Passes per scored text, summed over the views it reads (views attacks share are paid once)."""
         from ..views import Cost

@@ -1,0 +1,154 @@
+"""Each technique's learning rate on each offline base, chosen by validation NLL under the constant schedule.
+
+The rule, fixed before any result is seen and never reading an attack's output: for every tiny base
+and every technique it supports, train on the members of a split of each dataset (seed 0, the default
+sweep's sizes) at rates on a ladder a factor √10 apart, snapshotting at the checkpoint schedule; a
+rate's figure is its lowest validation NLL over the checkpoints (the checkpoint a practitioner would
+keep), averaged over the datasets; the chosen rate has the lowest figure (ties: the smaller rate). The
+ladder starts at the technique's class default and one step either side, and grows a step past an end
+whenever the best rate sits on it, so the choice is never at an edge of what was tried. ``--write``
+stores the choice in ``tasks/adaptations/_rates.py``, which cells on tiny bases read (a sweep's
+``train.lr`` still overrides it; hub models keep the class defaults).
+
+Run::
+
+    python benchmarks/learning_rates.py --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import logging
+import os
+import pprint
+import time
+from pathlib import Path
+
+import torch
+
+from privauditor.orchestrator.tables import render
+from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
+from privauditor.tasks.config import SplitConfig
+from privauditor.tasks.datasets import load_dataset
+from privauditor.tasks.models import MODELS, active_profile, load_model
+from privauditor.tasks.snapshots import restore, trainable_state
+from privauditor.tasks.splits import draw_split
+from privauditor.tasks.training import TrainConfig, apply_seeded, train, validation_loss
+
+LADDER = [round(m * 10.0**e, 10) for e in range(-6, 2) for m in (1, 3)]  # 1e-6, 3e-6, ..., 10, 30
+RATES_FILE = Path(__file__).resolve().parents[1] / "tasks" / "adaptations" / "_rates.py"
+
+
+def figure(loaded, technique, splits, lr, *, checkpoints, max_length, batch_size) -> float:
+    """Lowest validation NLL over the checkpoints, averaged over the splits."""
+    lows = []
+    for split in splits:
+        adaptation = build_adaptation(technique)
+        model = apply_seeded(adaptation, copy.deepcopy(loaded.model), loaded.family, seed=0)
+        states = {}
+        config = TrainConfig(epochs=checkpoints[-1], lr=lr, batch_size=batch_size, max_length=max_length)
+        train(
+            model, loaded.tokenizer, split.members, config, loaded.seq2seq, checkpoints=checkpoints,
+            on_checkpoint=lambda epoch, step, states=states, model=model: states.__setitem__(
+                epoch, trainable_state(model)
+            ),
+        )  # fmt: skip
+        losses = []
+        for state in states.values():
+            restore(model, state)
+            losses.append(
+                validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
+            )
+        lows.append(min(losses))
+    mean = sum(lows) / len(lows)
+    return mean if mean == mean else float("inf")  # a rate that diverges (NaN) loses
+
+
+def choose(measure, start: float) -> tuple[float, dict[float, float]]:
+    """The ladder rate with the lowest figure, widening the ladder past an end the best sits on."""
+    index = min(range(len(LADDER)), key=lambda i: abs(LADDER[i] - start))
+    tried = {LADDER[i]: measure(LADDER[i]) for i in range(max(0, index - 1), min(len(LADDER), index + 2))}
+    while True:
+        best = min(tried, key=lambda lr: (tried[lr], lr))
+        position = LADDER.index(best)
+        step = -1 if best == min(tried) else 1 if best == max(tried) else 0
+        if step == 0 or not 0 <= position + step < len(LADDER):
+            return best, tried
+        tried[LADDER[position + step]] = measure(LADDER[position + step])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=["finance", "sql"])
+    parser.add_argument("--members", type=int, default=64)
+    parser.add_argument("--validation", type=int, default=32)
+    parser.add_argument("--checkpoints", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--max-length", type=int, default=96)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--models", nargs="+", default=[n for n, s in MODELS.items() if s.source == "tiny"])
+    parser.add_argument("--techniques", nargs="+", default=[n for n in ADAPTATIONS.names() if n != "none"])
+    parser.add_argument("--write", action="store_true", help=f"store the choice in {RATES_FILE.name}")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+    sizes = SplitConfig(args.members, args.members, args.validation)
+    splits = [draw_split(load_dataset(d), sizes, seed=0) for d in args.datasets]
+    chosen: dict[str, dict[str, float]] = {}
+    rows = []
+    for model_name in args.models:
+        loaded = load_model(model_name)
+        for technique in args.techniques:
+            adaptation = build_adaptation(technique)
+            if adaptation.unsupported_reason(loaded.family.name):
+                continue
+            started = time.perf_counter()
+            measure = functools.partial(
+                figure, loaded, technique, splits, checkpoints=args.checkpoints, max_length=args.max_length,
+                batch_size=args.batch_size,
+            )  # fmt: skip
+            best, tried = choose(measure, adaptation.default_lr_for(loaded.family.name))  # the class default
+            chosen.setdefault(technique, {})[model_name] = best
+            ladder = "  ".join(f"{lr:g}:{nll:.3f}" for lr, nll in sorted(tried.items()))
+            rows.append(
+                [
+                    model_name,
+                    technique,
+                    f"{best:g}",
+                    f"{tried[best]:.3f}",
+                    ladder,
+                    f"{time.perf_counter() - started:.0f}",
+                ]
+            )
+            print(
+                render(
+                    ["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"], rows[-1:]
+                ).splitlines()[-1],
+                flush=True,
+            )
+    print()
+    print(render(["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"], rows))
+    settings = vars(args) | {"write": None, "profile": active_profile().name, "seed": 0}
+    print(json.dumps({"settings": settings, "chosen": chosen}))
+    if args.write:
+        write_rates(settings, chosen)
+
+
+def write_rates(settings: dict, chosen: dict[str, dict[str, float]]) -> None:
+    """``tasks/adaptations/_rates.py`` holding ``chosen`` and the settings it was chosen with."""
+    settings = {k: v for k, v in settings.items() if k != "write"}
+    RATES_FILE.write_text(
+        '"""Learning rates of each technique on each tiny base, chosen by validation NLL under the constant\n'
+        "schedule (the rule and the command: ``benchmarks/learning_rates.py``). Written by that script.\n"
+        '"""\n\n'
+        f"#: the settings they were chosen with\nSETTINGS = {pprint.pformat(settings, width=100)}\n\n"
+        "#: technique -> tiny base -> learning rate\n"
+        f"RATES: dict[str, dict[str, float]] = {pprint.pformat(chosen, width=100)}\n"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Training trajectories: one training pass, snapshotted at ``train.checkpoints``, audited afterwards."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from privauditor.orchestrator.leaderboard import rows
+from privauditor.tasks.cell import run_cell
+from privauditor.tasks.config import cell_config
+from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.training import warmup_then_constant
+
+SMALL = ["split.members=12", "split.nonmembers=12", "split.validation=8", "train.max_length=48",
+         "train.batch_size=4", "attacks=[loss,zlib,neighbourhood]", "attack_params.neighbourhood.k=2"]  # fmt: skip
+
+
+def cell(out, *assignments, adaptation="lora", seed=0):
+    settings = {"model": "tiny-gpt2", "adaptation": adaptation, "dataset": "finance", "seed": seed}
+    return run_cell(cell_config(settings, [*SMALL, *assignments]), out)
+
+
+def scores(folder, attacks=("loss", "zlib", "neighbourhood")):
+    table = pq.read_table(folder / "scores.parquet").to_pylist()
+    return sorted((r["attack"], r["sample_id"], r["score"]) for r in table if r["attack"] in attacks)
+
+
+def test_snapshots_of_one_pass_are_the_runs_of_fewer_epochs(tmp_path, seed):
+    """The snapshot after epoch e scores exactly as an e-epoch run with the same seed: the schedule does not
+    depend on the budget, and auditing never touches the training."""
+    trajectory = cell(tmp_path / "a", "train.checkpoints=[1,3]", seed=seed)
+    record = json.loads((trajectory.path / "cell.json").read_text())
+    steps_per_epoch = 12 // 4
+    assert [(c["epoch"], c["step"]) for c in record["checkpoints"]] == [(1, steps_per_epoch), (3, 9)]
+    assert record["train"]["steps"] == 3 * steps_per_epoch and record["train"]["epochs"] == 3
+    assert [c["path"] for c in record["checkpoints"]] == ["checkpoints/epoch-1", "."]
+    early = trajectory.path / "checkpoints" / "epoch-1"
+    for epochs, folder in ((1, early), (3, trajectory.path)):
+        alone = cell(tmp_path / f"e{epochs}", f"train.epochs={epochs}", seed=seed)
+        assert scores(folder) == scores(alone.path, {a for a, _, _ in scores(folder)})
+        alone_record = json.loads((alone.path / "cell.json").read_text())
+        assert (
+            alone_record["utility_loss"]
+            == next(c for c in record["checkpoints"] if c["epoch"] == epochs)["utility_loss"]
+        )
+    # the snapshots differ from each other (training moved the weights between them)
+    assert scores(early) != scores(trajectory.path)
+    assert not (trajectory.path / ".snapshots").exists()
+
+
+def test_costly_attacks_run_at_the_last_and_the_best_checkpoint_only(tmp_path):
+    outcome = cell(tmp_path, "train.checkpoints=[0,1,2]", "train.lr=3e-2")
+    record = json.loads((outcome.path / "cell.json").read_text())
+    utilities = {c["epoch"]: c["utility_loss"] for c in record["checkpoints"]}
+    best = min(utilities, key=lambda e: (utilities[e], e))
+    assert [c["best"] for c in record["checkpoints"]] == [e == best for e in (0, 1, 2)]
+    for checkpoint in record["checkpoints"]:
+        metrics = json.loads((outcome.path / checkpoint["path"] / "metrics.json").read_text())
+        costly = checkpoint["epoch"] in (2, best)
+        expected = {"loss", "zlib"} | ({"neighbourhood"} if costly else set())
+        assert set(metrics) == set(checkpoint["attacks"]) == expected
+    # epoch 0 is the technique applied, nothing trained: LoRA starts as the base itself
+    assert record["checkpoints"][0]["step"] == 0
+    table = rows(tmp_path)
+    assert {(r["epoch"], r["attack"]) for r in table} == {
+        (c["epoch"], a) for c in record["checkpoints"] for a in c["attacks"]
+    }
+    assert {r["epoch"]: r["utility_loss"] for r in table} == utilities
+    assert {r["epoch"] for r in table if r["best"]} == {best}
+
+
+def test_the_base_has_one_checkpoint_at_epoch_zero_whatever_the_sweep_trains(tmp_path):
+    outcome = cell(tmp_path, "train.checkpoints=[1,2]", "attacks=[loss]", adaptation="none")
+    record = json.loads((outcome.path / "cell.json").read_text())
+    assert [(c["epoch"], c["step"], c["best"], c["path"]) for c in record["checkpoints"]] == [
+        (0, 0, True, ".")
+    ]
+    assert record["config"]["train"]["checkpoints"] == [0]
+
+
+@pytest.mark.parametrize(
+    ("assignments", "message"),
+    [
+        (
+            ["train.epochs=3", "train.checkpoints=[1,2]"],
+            "train.epochs (3) must be the last of train.checkpoints",
+        ),
+        (["train.checkpoints=[2,1]"], "train.checkpoints must be epochs from 0 up in ascending order"),
+        (["train.checkpoints=[]"], "train.checkpoints must be epochs from 0 up in ascending order"),
+        (["train.checkpoints=[-1,2]"], "train.checkpoints must be epochs from 0 up in ascending order"),
+    ],
+)
+def test_checkpoints_that_cannot_be_are_one_line_errors(assignments, message):
+    settings = {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "finance"}
+    with pytest.raises(PrivauditorError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
+        cell_config(settings, assignments)
+    assert "\n" not in str(error.value)
+
+
+def test_setting_one_of_epochs_and_checkpoints_sets_the_other():
+    settings = {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "finance"}
+    train = cell_config(settings, ["train.checkpoints=[1,4]"]).resolve().train
+    assert (train.epochs, train.checkpoints) == (4, (1, 4))
+    train = cell_config(settings, ["train.epochs=2"]).resolve().train
+    assert (train.epochs, train.checkpoints) == (2, (2,))
+
+
+def test_the_rate_warms_up_then_stays_whatever_the_budget():
+    factor = warmup_then_constant(4)
+    assert [factor(s) for s in range(7)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0]
