@@ -104,8 +104,9 @@ def checkpoints_table(audited: list) -> str:
 
 
 def adaptations_listing() -> str:
-    """Each technique with its default lr / epochs, and the families it cannot adapt."""
-    from privauditor.tasks.adaptations import ADAPTATIONS
+    """Each technique with its default lr / epochs, the range of the rates chosen for it on the tiny bases
+    (``benchmarks/learning_rates.py``), and the families it cannot adapt."""
+    from privauditor.tasks.adaptations import ADAPTATIONS, chosen_rates
     from privauditor.tasks.models import FAMILIES
 
     rows = []
@@ -115,8 +116,17 @@ def adaptations_listing() -> str:
         other = {f: technique.default_lr_for(f) for f in FAMILIES.names() if f not in unsupported}
         other = {f: lr for f, lr in other.items() if lr != cls.default_lr}
         lr = " ".join([str(cls.default_lr), *(f"({f}: {v})" for f, v in other.items())])
-        rows.append([name, lr, cls.default_epochs, ", ".join(unsupported) or "-"])
-    return render(["adaptation", "default lr", "default epochs", "unsupported families"], rows)
+        chosen = sorted(chosen_rates(name).values())
+        tiny = (
+            "-"
+            if not chosen
+            else f"{chosen[0]:g}"
+            if chosen[0] == chosen[-1]
+            else f"{chosen[0]:g}-{chosen[-1]:g}"
+        )
+        rows.append([name, lr, tiny, cls.default_epochs, ", ".join(unsupported) or "-"])
+    headers = ["adaptation", "default lr", "lr on tiny bases", "default epochs", "unsupported families"]
+    return render(headers, rows)
 
 
 def bases(names: list[str], profile) -> str:

@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
+from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation, chosen_rates
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.models import FAMILIES
 from privauditor.tasks.snapshots import restore, trainable_state
@@ -137,6 +137,8 @@ def test_ls_adaptations_lists_unsupported_pairs(capsys):
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
     assert "bloom, gpt2, gptj, opt, t5" in rows["llama_adapter"]
     assert rows["lora"].rstrip().endswith("-")
+    lora = sorted(chosen_rates("lora").values())  # the range of rates chosen on the tiny bases
+    assert f"{lora[0]:g}" in rows["lora"] and f"{lora[-1]:g}" in rows["lora"]
 
 
 def test_every_technique_documents_its_defaults():

@@ -12,3 +12,11 @@ ADAPTATIONS: Registry[type[Adaptation]] = Registry("adaptation", __name__, group
 def build_adaptation(name: str, params: dict | None = None) -> Adaptation:
     """The technique ``name`` with hyper-parameter overrides; unknown fields are a one-line error."""
     return ADAPTATIONS.build(name, params)
+
+
+def chosen_rates(name: str) -> dict[str, float]:
+    """The learning rates chosen for technique ``name`` on each tiny base by validation NLL
+    (``benchmarks/learning_rates.py``): base name -> rate."""
+    from ._rates import RATES
+
+    return dict(RATES.get(name, {}))
