@@ -98,19 +98,23 @@ def _scores(out: Path, row: dict[str, Any], attack: str) -> dict[str, tuple[bool
 
 
 def paired(out: Path, chosen: dict[str, dict], attack: str) -> list[dict[str, Any]]:
-    """DeLong + Holm over every pair of the techniques' ``chosen`` rows (one per technique, one split)."""
+    """DeLong + Holm over every pair of the techniques' ``chosen`` rows (one per technique, one split) that
+    were scored on the same samples (a sweep whose overrides give some techniques other split sizes)."""
     from privauditor.tasks.significance import paired_comparisons
 
     loaded = {name: _scores(out, row, attack) for name, row in chosen.items()}
-    loaded = {name: s for name, s in loaded.items() if s}
-    if len(loaded) < 2:
-        return []
-    ids = sorted(next(iter(loaded.values())))
-    if any(sorted(s) != ids for s in loaded.values()):
-        raise ValueError("techniques of one split scored other samples: cannot compare them paired")
-    member = np.array([loaded[next(iter(loaded))][i][0] for i in ids], dtype=bool)
-    scores = {name: np.array([s[i][1] for i in ids]) for name, s in loaded.items()}
-    return paired_comparisons(member, scores, ALPHA)
+    by_samples: dict[tuple, dict[str, dict]] = defaultdict(dict)  # techniques scored on the same samples
+    for name, found in loaded.items():
+        if found:
+            by_samples[tuple(sorted(found))][name] = found
+    tests = []
+    for ids, techniques in by_samples.items():
+        if len(techniques) < 2:
+            continue
+        member = np.array([next(iter(techniques.values()))[i][0] for i in ids], dtype=bool)
+        scores = {name: np.array([found[i][1] for i in ids]) for name, found in techniques.items()}
+        tests += paired_comparisons(member, scores, ALPHA)
+    return tests
 
 
 def _ranking(title: str, chosen: dict[tuple, dict[str, dict]], out: Path, attack: str) -> list[str]:
@@ -276,6 +280,8 @@ def _seed_level(chosen: dict[tuple, dict[str, dict]], out: Path, attack: str) ->
         loaded = {seed: {n: _scores(out, r, attack) for n, r in ts.items()} for seed, ts in seeds.items()}
         common = set.intersection(*({n for n, s in ts.items() if s} for ts in loaded.values()))
         for a, b in combinations(sorted(common), 2):
+            if any(sorted(ts[a]) != sorted(ts[b]) for ts in loaded.values()):
+                continue  # scored on other samples: not a paired comparison
             member, first, second = [], [], []
             for techniques in loaded.values():
                 ids = sorted(techniques[a])

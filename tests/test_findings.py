@@ -55,3 +55,19 @@ def test_report_writes_findings_with_controls_significance_and_plots(tmp_path, c
     assert (out / "plots" / "privacy_utility" / "tiny-gpt2__sql.png").stat().st_size > 0
     html = (out / "leaderboard.html").read_text()
     assert "Privacy–utility over checkpoints" in html
+
+
+def test_with_two_seeds_findings_give_seed_level_intervals(tmp_path):
+    from privauditor.orchestrator.findings import findings
+    from privauditor.orchestrator.leaderboard import build
+
+    out = tmp_path / "results"
+    sizes = ["split.members=16", "split.nonmembers=16", "split.validation=4", "train.max_length=32",
+             "train.checkpoints=[1,2]", "attacks=[loss]"]  # fmt: skip
+    for seed in (0, 1):
+        for adaptation in ("none", "full"):
+            settings = {"model": "tiny-gpt2", "adaptation": adaptation, "dataset": "sql", "seed": seed}
+            run_cell(cell_config(settings, sizes), out)
+    text = findings(out, build(out))
+    assert "2 seed(s)" in text and "## Across seeds (last checkpoint)" in text
+    assert "Seed-level 95% CIs (seeds, then samples)" in text and "One seed" not in text
