@@ -41,8 +41,6 @@ def log_cell(
     wandb, mode = _wandb(settings)
     if wandb is None:
         return
-    from .trials import checkpoint_report
-
     metrics = audited[-1][1]
     summary = {
         f"{attack}/{key}": value
@@ -69,6 +67,20 @@ def log_cell(
         run.log({k: v for k, v in history.items() if v is not None and k != "best"})
     run.summary.update(summary)
     run.finish()
+
+
+def checkpoint_report(checkpoint: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
+    """What a trial reports (and a W&B run logs) for one checkpoint: epoch, step, utility, each attack's
+    AUC and the highest."""
+    aucs = {f"{attack}/auc": m["auc"] for attack, m in metrics.items() if "auc" in m}
+    return {
+        "epoch": checkpoint["epoch"],
+        "step": checkpoint["step"],
+        "best": checkpoint["best"],
+        "utility_loss": checkpoint["utility_loss"],
+        "max_auc": max(aucs.values()) if aucs else float("nan"),
+        **aucs,
+    }
 
 
 def log_leaderboard(settings: Any, sweep_name: str, out: Path, rows: list[dict[str, Any]]) -> None:

@@ -108,28 +108,14 @@ def _trial(
     roc_png(outcome.metrics, results.local / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     results.push_cell(outcome.cell_id)  # object stores: every file uploaded, DONE last
     results.upload(f"plots/{outcome.cell_id}.png")
+    from .tracking import checkpoint_report, log_cell
+
     audited = checkpoint_results(outcome.path)
     if sweep is not None and not outcome.skipped:
-        from .tracking import log_cell
-
         record = json.loads((outcome.path / "cell.json").read_text())
         log_cell(sweep.wandb, sweep.name, results.local, record, audited)
     for checkpoint, metrics in audited:  # one report per checkpoint: Tune's progress follows the epochs
         tune.report(checkpoint_report(checkpoint, metrics) | {"skipped": outcome.skipped})
-
-
-def checkpoint_report(checkpoint: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
-    """What a trial reports (and a W&B run logs) for one checkpoint: epoch, step, utility, each attack's
-    AUC and the highest."""
-    aucs = {f"{attack}/auc": m["auc"] for attack, m in metrics.items() if "auc" in m}
-    return {
-        "epoch": checkpoint["epoch"],
-        "step": checkpoint["step"],
-        "best": checkpoint["best"],
-        "utility_loss": checkpoint["utility_loss"],
-        "max_auc": max(aucs.values()) if aucs else float("nan"),
-        **aucs,
-    }
 
 
 def run_trials(
