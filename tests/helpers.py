@@ -12,8 +12,9 @@ EXAMPLES = [
 
 
 def fresh_base(family_name: str):
-    """The family's offline tiny base (pre-trained, loaded fresh from the cache) and its tokenizer."""
+    """The family's offline tiny base (pre-trained, loaded fresh from the cache) on the CPU, whatever the
+    machine has (the tests that use it feed CPU tensors; tests/test_gpu.py covers CUDA), and its tokenizer."""
     from privauditor.tasks.models import load_model
 
-    loaded = load_model(f"tiny-{family_name}")
+    loaded = load_model(f"tiny-{family_name}", device="cpu")
     return loaded.family, loaded.tokenizer, loaded.model

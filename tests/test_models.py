@@ -122,12 +122,12 @@ def test_cache_key_changes_with_what_the_weights_depend_on(monkeypatch, tmp_path
 @pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-t5"])
 def test_local_directory_loads_through_the_real_path(tmp_path, name):
     """A checkpoint saved to disk resolves by its config and gives the same logits as the original."""
-    original = load_model(name)
+    original = load_model(name, device="cpu")
     original.model.save_pretrained(tmp_path)
     original.tokenizer.save_pretrained(tmp_path)
     spec = resolve_model(str(tmp_path))
     assert (spec.source, spec.family) == ("local", original.family.name)
-    reloaded = load_model(spec)
+    reloaded = load_model(spec, device="cpu")
     ids = original.tokenizer("Net income rose 12% in 2021.", return_tensors="pt")["input_ids"]
     kwargs = {"decoder_input_ids": ids} if original.seq2seq else {}
     with torch.inference_mode():
