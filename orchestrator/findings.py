@@ -131,13 +131,16 @@ def _ranking(title: str, chosen: dict[tuple, dict[str, dict]], out: Path, attack
         for test in paired(out, techniques, attack):
             tested += 1
             if test["significant"]:
-                high, low = (test["a"], test["b"]) if test["difference"] > 0 else (test["b"], test["a"])
+                # written as higher − lower: the CI of b − a is that of a − b negated and swapped
+                flip = test["difference"] < 0
+                high, low = (test["b"], test["a"]) if flip else (test["a"], test["b"])
+                ci = (-test["ci_high"], -test["ci_low"]) if flip else (test["ci_low"], test["ci_high"])
                 significant.append([model, dataset, seed, f"{high} > {low}", f"{abs(test['difference']):.3f}",
-                                    f"[{test['ci_low']:.3f}, {test['ci_high']:.3f}]", f"{test['p_holm']:.2g}"])  # fmt: skip
+                                    f"[{ci[0]:.3f}, {ci[1]:.3f}]", f"{test['p_holm']:.2g}"])  # fmt: skip
     lines += ["", f"Paired DeLong tests, Holm over each group's pairs: {len(significant)} of {tested} "
               f"differences significant at {ALPHA}."]  # fmt: skip
     if significant:
-        header = ["model", "dataset", "seed", "order", "|difference|", "95% CI (a − b)", "p (Holm)"]
+        header = ["model", "dataset", "seed", "order", "difference", "95% CI (higher − lower)", "p (Holm)"]
         lines += ["", _table(header, significant)]
     return lines + [""]
 

@@ -106,6 +106,7 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
         "epoch",
         "best",
         "attack",
+        "access",
         "AUC",
         "CI low",
         "CI high",
@@ -116,7 +117,7 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     body = [
         [
             r["model"], r["adaptation"], r["dataset"], r["seed"], _dash(r["epoch"]), _dash(r["best"]),
-            r["attack"], f"{r['auc']:.3f}",
+            r["attack"], r.get("access", "?"), f"{r['auc']:.3f}",
             f"{r['auc_ci_low']:.3f}", f"{r['auc_ci_high']:.3f}",
             "-" if r["tpr_at_1pct_fpr"] is None else f"{r['tpr_at_1pct_fpr']:.3f}",
             f"{r['utility_loss']:.3f}", r["trainable_params"],

@@ -32,6 +32,7 @@ COLUMNS = [
     "step",
     "best",
     "attack",
+    "access",
     "auc",
     "auc_ci_low",
     "auc_ci_high",
@@ -73,6 +74,7 @@ def _row(
         "step": checkpoint["step"],
         "best": checkpoint["best"],
         "attack": attack,
+        "access": access_of(attack),
         "auc": m["auc"],
         "auc_ci_low": m["auc_ci"][0],
         "auc_ci_high": m["auc_ci"][1],
@@ -84,6 +86,13 @@ def _row(
         "trainable_params": record["trainable_params"],
         "train_seconds": record["train"]["seconds"],
     }
+
+
+def access_of(attack: str) -> str:
+    """The threat model of an attack (``?`` for one whose plugin is not installed here)."""
+    from privauditor.tasks.attacks import ATTACKS
+
+    return ATTACKS.get(attack).access if attack in ATTACKS else "?"
 
 
 def _atomic(path: Path, write) -> None:
@@ -111,8 +120,8 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
     table = pa.Table.from_pylist(found, schema=_schema()) if found else _schema().empty_table()
     _atomic(out / "leaderboard.parquet", lambda p: pq.write_table(table, p))
     _atomic(out / "leaderboard.csv", lambda p: pacsv.write_csv(table, p))
-    header = ["model", "adaptation", "dataset", "seed", "epoch", "best", "attack", "AUC", "95% CI", "TPR@1%FPR",
-              "val NLL"]  # fmt: skip
+    header = ["model", "adaptation", "dataset", "seed", "epoch", "best", "attack", "access", "AUC", "95% CI",
+              "TPR@1%FPR", "val NLL"]  # fmt: skip
     body = [
         [
             r["model"],
@@ -122,6 +131,7 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
             "-" if r["epoch"] is None else r["epoch"],
             "-" if r["best"] is None else r["best"],
             r["attack"],
+            r["access"],
             f"{r['auc']:.3f}",
             f"[{r['auc_ci_low']:.3f}, {r['auc_ci_high']:.3f}]",
             "-" if r["tpr_at_1pct_fpr"] is None else f"{r['tpr_at_1pct_fpr']:.3f}",
@@ -175,5 +185,5 @@ def _schema():
         "n_nonmembers": pa.int64(),
         "trainable_params": pa.int64(),
     }
-    strings = {"cell_id", "model", "adaptation", "dataset", "attack"}
+    strings = {"cell_id", "model", "adaptation", "dataset", "attack", "access"}
     return pa.schema([(c, pa.string() if c in strings else types.get(c, pa.float64())) for c in COLUMNS])

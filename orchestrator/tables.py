@@ -61,8 +61,9 @@ def listing(what: str) -> str:
 
 
 def attacks_listing() -> str:
-    """Each attack with its hyper-parameters' defaults, the views it reads, its cost in passes per
-    scored text (at its defaults), the checkpoints of a trajectory it runs at, and its paper."""
+    """Each attack with its threat model (access level), its hyper-parameters' defaults, the views it
+    reads, its cost in passes per scored text (at its defaults), the checkpoints of a trajectory it runs
+    at, and its paper."""
     from privauditor.tasks.attacks import ATTACKS
 
     rows = []
@@ -71,8 +72,8 @@ def attacks_listing() -> str:
         fields = ", ".join(f"{k}={v}" for k, v in attack.hyperparameters().items()) or "-"
         views = ", ".join(f"{role}: {view.label}" for role, view in attack.views().items())
         checkpoints = "every" if attack.cheap else "last + best"
-        rows.append([name, fields, views, str(attack.cost()), checkpoints, cls.paper])
-    headers = ["attack", "hyper-parameters", "views", "passes per text", "checkpoints", "paper"]
+        rows.append([name, cls.access, fields, views, str(attack.cost()), checkpoints, cls.paper])
+    headers = ["attack", "access", "hyper-parameters", "views", "passes per text", "checkpoints", "paper"]
     return render(headers, rows)
 
 

@@ -14,6 +14,15 @@ if TYPE_CHECKING:
     from ..views import Cost, View
 
 
+#: Threat models, from the least to the most the attacker holds.
+ACCESS = {
+    "model-free": "no query to the model: the texts and labels alone",
+    "black-box": "the target's output probabilities (and public data)",
+    "reference": "also a reference model: the base, or one adapted from it",
+    "white-box": "the target's weights: gradients",
+}
+
+
 class Attack:
     """Base class of attack plugins; subclasses are ``@dataclass``es of hyper-parameters.
 
@@ -26,6 +35,8 @@ class Attack:
     paper: ClassVar[str] = ""
     #: Bump whenever a change to the attack alters its scores (it is part of the id of every cell it runs in).
     version: ClassVar[int] = 1
+    #: What the attacker must have (see :data:`ACCESS`).
+    access: ClassVar[str] = "black-box"
 
     def __post_init__(self) -> None:
         self.views()  # an attack's hyper-parameters are valid when the views they ask for are
@@ -46,9 +57,15 @@ class Attack:
     @property
     def cheap(self) -> bool:
         """Run at every checkpoint of a training trajectory: the attack reads no view of the target model
-        but its signals (views of un-adapted models are computed once per split and shared). Others need
-        more passes through every snapshot (neighbours, gradients) and run at the last and the best."""
-        return all(view.name == "signals" or "target" not in view.models() for view in self.views().values())
+        but its signals, or views that take no pass through it (views of un-adapted models are computed
+        once per split and shared). Others need more passes through every snapshot (neighbours,
+        gradients, prefixes) and run at the last and the best."""
+        from ..views import Cost
+
+        return all(
+            view.name == "signals" or "target" not in view.models() or view.cost() == Cost()
+            for view in self.views().values()
+        )
 
     def cost(self) -> Cost:
         """Passes per scored text, summed over the views it reads (views attacks share are paid once)."""

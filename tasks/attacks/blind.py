@@ -29,6 +29,7 @@ class BlindAttack(Attack):
 
     name = "blind"
     paper = "https://arxiv.org/abs/2406.16201"
+    access = "model-free"
 
     def views(self) -> dict:
         from ..views import build_view

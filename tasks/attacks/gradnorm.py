@@ -26,6 +26,7 @@ class GradNormAttack(Attack):
 
     name = "gradnorm"
     paper = "https://arxiv.org/abs/1812.00910"
+    access = "white-box"
 
     def views(self) -> dict:
         from ..views import build_view

@@ -25,6 +25,7 @@ class ReferenceAttack(Attack):
 
     name = "reference"
     paper = "https://arxiv.org/abs/2012.07805"
+    access = "reference"
 
     def views(self) -> dict:
         from ..views import build_view

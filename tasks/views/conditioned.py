@@ -1,0 +1,115 @@
+"""``conditioned``: the target's mean NLL on each scored text with other records in front of it.
+
+ReCaLL (Xie et al. 2024) and Con-ReCaLL (Wang et al. 2024) condition a text on a prefix P of records of
+known membership and compare with the unconditioned likelihood. P is ``shots`` records of one split part
+(``population``: known non-members; ``known_members``: known members), each written as the model sees a
+record in training (prompt, then target) and followed by a newline, concatenated in the part's order.
+
+Where P goes: in front of the text's own prompt. A causal model reads ``<bos> P prompt target``; T5 reads
+``P prompt`` on the encoder side and the target alone on the decoder side; under prompt, prefix or
+P-tuning the learned virtual tokens stay first, before P. The scored positions are the target's alone and
+exactly the ones the unconditioned ``signals`` view scores (its token ids, truncated at the same length),
+so the two likelihoods compare the same tokens. Shots that would push a text past the model's context are
+dropped from the front of P, the rule of the ReCaLL code; the number kept is stored with the table
+(metadata key ``privauditor.shots``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import PrivauditorError
+from . import VIEWS, build_view
+from ._base import Cost, View
+
+SHOTS_METADATA = b"privauditor.shots"
+
+
+@VIEWS.register("conditioned")
+@dataclass(frozen=True)
+class ConditionedView(View):
+    """Per scored text, the target's mean NLL on its target tokens with ``shots`` records of ``part``
+    in front."""
+
+    part: Literal["population", "known_members"] = "population"
+    shots: int = 12  # records in the prefix (ReCaLL's code's default)
+
+    name = "conditioned"
+    version = 1
+
+    def __post_init__(self) -> None:
+        if self.part not in ("population", "known_members"):
+            raise PrivauditorError(
+                f"view 'conditioned': part must be population or known_members, not {self.part!r}"
+            )
+        if not isinstance(self.shots, int) or self.shots < 1:
+            raise PrivauditorError(f"view 'conditioned': shots must be a positive int, not {self.shots!r}")
+
+    def parts(self) -> tuple[str, ...]:
+        return ("scored", self.part)
+
+    def cost(self) -> Cost:
+        return Cost(forward=1)
+
+    def compute(self, context):
+        import numpy as np
+        import pyarrow as pa
+
+        from ..datasets import Example
+        from ..scoring import score_examples
+
+        plain = context.get(build_view("signals"))  # the scored positions to keep
+        target = context.scorer("target")
+        tokenizer, model = target.tokenizer, target.model
+        records = [f"{e.prompt}{e.target}\n" for e in context.examples(self.part)[: self.shots]]
+        lengths = [len(ids) for ids in tokenizer(records, add_special_tokens=False)["input_ids"]]
+        examples = context.examples()
+        prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
+        longest = max(2 + len(p) + len(ids) for p, ids in zip(prompts, plain.token_ids, strict=True))
+        room = _context(model, target.seq2seq) - _virtual(model) - longest  # <bos>/<eos>, prompt, target
+        kept = len(records)
+        while kept and sum(lengths[len(records) - kept :]) > room:
+            kept -= 1  # drop shots from the front of the prefix
+        if not kept:
+            raise PrivauditorError(
+                f"view 'conditioned': not one record of {self.part} fits in front of the texts within the "
+                f"model's context; lower train.max_length"
+            )
+        prefix = "".join(records[len(records) - kept :])
+        shifted = [Example(e.sample_id, prefix + e.prompt, e.target) for e in examples]
+        extra = sum(lengths[len(records) - kept :]) + 8  # room for the prefix; the cut below is exact
+        length = context.max_length + extra
+        stats = score_examples(
+            model, tokenizer, shifted, length, target.seq2seq, context.batch_size, moments=False
+        )
+        nll = []
+        for stat, ids in zip(stats, plain.token_ids, strict=True):
+            if not np.array_equal(stat.token_ids[: len(ids)], ids):
+                raise PrivauditorError("view 'conditioned': the prefix changed how a target tokenizes")
+            nll.append(-float(np.mean(stat.logp[: len(ids)], dtype=np.float64)))
+        table = pa.table(
+            {
+                "sample_id": pa.array([e.sample_id for e in examples], pa.string()),
+                "conditioned_nll": pa.array(nll, pa.float64()),
+            }
+        )
+        return table.replace_schema_metadata({SHOTS_METADATA: str(kept).encode()})
+
+    def read(self, table):
+        import numpy as np
+
+        return np.asarray(table.column("conditioned_nll").to_pylist(), dtype=np.float64)
+
+
+def _context(model, seq2seq: bool) -> int:
+    """Positions a text may take: the model's learned positions (T5's relative ones have no limit; its
+    own default of 512 is used)."""
+    config = model.config
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return 512 if seq2seq or positions is None else int(positions)
+
+
+def _virtual(model) -> int:
+    config = getattr(model, "peft_config", {}).get("default")
+    return int(getattr(config, "num_virtual_tokens", 0) or 0)

@@ -1,0 +1,129 @@
+"""Golden cases for every registered attack: hand-made views, scores worked out by hand (in the comments),
+never by calling the code under test. An attack registered without a case here fails the suite."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from privauditor.tasks.attacks import ATTACKS, build_attack
+from privauditor.tasks.signals import Signals
+
+LN2, LN4 = math.log(2), math.log(4)
+
+
+def signals(logp, mu=None, sigma=None, token_ids=None, zlib_bytes=None):
+    n = len(logp)
+    return Signals(
+        sample_id=[f"s{i}" for i in range(n)],
+        member=np.array([i % 2 == 0 for i in range(n)]),
+        token_ids=[np.asarray(t, dtype=np.int32) for t in (token_ids or [range(len(lp)) for lp in logp])],
+        logp=[np.asarray(lp, dtype=np.float32) for lp in logp],
+        mu=[np.asarray(m, dtype=np.float32) for m in (mu or [np.zeros(len(lp)) for lp in logp])],
+        sigma=[np.asarray(s, dtype=np.float32) for s in (sigma or [np.ones(len(lp)) for lp in logp])],
+        zlib_bytes=np.asarray(zlib_bytes or [10] * n, dtype=np.int64),
+    )
+
+
+def nll_only(*nll):
+    """Signals whose texts have the given mean NLLs (one token each)."""
+    return signals([[-x] for x in nll])
+
+
+# name -> [(hyper-parameters, views, expected scores)]
+GOLDEN = {
+    # -mean NLL: text 1 logp (-1, -3) -> -2; text 2 (-0.5) -> -0.5
+    "loss": [({}, {"signals": signals([[-1, -3], [-0.5]])}, [-2.0, -0.5])],
+    # -NLL / zlib bytes: -2 / 4
+    "zlib": [({}, {"signals": signals([[-1, -3]], zlib_bytes=[4])}, [-0.5])],
+    # k 0.5 of 4 tokens = 2 lowest: (-4 + -3) / 2; of 3 tokens int(1.5) = 1: -9
+    "min_k": [({"k": 0.5}, {"signals": signals([[-1, -3, -2, -4], [-9, -1, -2]])}, [-3.5, -9.0])],
+    # z = (logp - mu) / sigma with mu -2, sigma 1: (1, -1, 0, -2); lowest 2: (-2 + -1) / 2
+    "min_k_pp": [({"k": 0.5}, {"signals": signals([[-1, -3, -2, -4]], mu=[[-2] * 4])}, [-1.5])],
+    # reference NLL 4 - target NLL 2
+    "reference": [({}, {"signals": signals([[-1, -3]]), "reference": nll_only(4)}, [2.0])],
+    # mean neighbour NLL (3 + 5) / 2 = 4, minus own NLL 2
+    "neighbourhood": [({}, {"signals": signals([[-1, -3]]), "neighbours": [np.array([3.0, 5.0])]}, [2.0])],
+    # -gradient norm
+    "gradnorm": [({}, {"gradients": np.array([3.0, 0.5])}, [-3.0, -0.5])],
+    # the classifier's out-of-fold probability, as it is
+    "blind": [({}, {"blind": np.array([0.7, 0.2])}, [0.7, 0.2])],
+    # -NLL / lowercase NLL: -2 / 4
+    "lowercase": [({}, {"signals": signals([[-1, -3]]), "lowercase": np.array([4.0])}, [-0.5])],
+    # LL(x|P) / LL(x) = (-3) / (-2)
+    "recall": [({}, {"signals": signals([[-1, -3]]), "non_members": np.array([3.0])}, [1.5])],
+    # [LL(x|P_non) - g LL(x|P_mem)] / LL(x) = (-3 + g 1) / (-2): g 1 -> 1.0, g 0.5 -> 1.25
+    "con_recall": [
+        (
+            {},
+            {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0])},
+            [1.0],
+        ),
+        (
+            {"gamma": 0.5},
+            {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0])},
+            [1.25],
+        ),
+    ],
+    # tokens (5, 7, 5), p (0.5, 0.001, 0.9), f (e^-1, e^-2, e^-1); first occurrences: positions 0 and 1;
+    # alpha = p log(1/f) = (0.5, 0.002); capped at a 0.01: (0.01 + 0.002) / 2; at a 1: (0.5 + 0.002) / 2
+    "dc_pdd": [
+        (
+            params,
+            {
+                "signals": signals([[LN2 * -1, math.log(0.001), math.log(0.9)]], token_ids=[[5, 7, 5]]),
+                "frequency": [np.exp([-1.0, -2.0, -1.0])],
+            },
+            [expected],
+        )
+        for params, expected in (({}, 0.006), ({"a": 1.0}, 0.251))
+    ],
+    # k 0.5: text 1's 2 lowest logp at positions 1 (-5) and 3 (-4); entropy -mu (0.5, 3, 1, 0.1) < 2 at
+    # 0, 2, 3: surprising = position 3 -> -4. Text 2: lowest 1 at position 1, entropy 3: none -> -100
+    "surp": [
+        (
+            {"k": 0.5},
+            {"signals": signals([[-1, -5, -3, -4], [-1, -2]], mu=[[-0.5, -3, -1, -0.1], [-3, -3]])},
+            [-4.0, -100.0],
+        )
+    ],
+    # a 0.5: Pr(x) = ((1 + a) p_ref + (1 - a)) / 2. x: p 0.5, p_ref 1 -> Pr 1, ratio 0.5. Population z1: p 1,
+    # p_ref 1 -> ratio 1; z2: p 0.25, p_ref 0.5 -> Pr 0.625, ratio 0.4. LR(x, z) = 0.5, 1.25: one of two > 1
+    "rmia": [
+        (
+            {"a": 0.5},
+            {
+                "signals": nll_only(LN2),
+                "reference": nll_only(0.0),
+                "population": nll_only(0.0, LN4),
+                "population_reference": nll_only(0.0, LN2),
+            },
+            [0.5],
+        )
+    ],
+}
+
+
+@pytest.mark.parametrize("name", ATTACKS.names())
+def test_every_registered_attack_matches_its_golden_case(name):
+    assert name in GOLDEN, f"attack {name!r} has no golden case in tests/test_golden.py"
+    for params, views, expected in GOLDEN[name]:
+        attack = build_attack(name, params)
+        assert set(views) == set(attack.views()), name  # the case feeds exactly the roles it reads
+        assert attack.score(views) == pytest.approx(expected, rel=1e-6, abs=1e-9), (name, params)
+
+
+def test_no_golden_case_is_left_without_an_attack():
+    assert set(GOLDEN) <= set(ATTACKS.names())
+
+
+def test_every_attack_names_its_threat_model():
+    from privauditor.tasks.attacks._base import ACCESS
+
+    levels = {name: cls.access for name, cls in ATTACKS.items()}
+    assert set(levels.values()) <= set(ACCESS), levels
+    assert (levels["blind"], levels["reference"], levels["rmia"], levels["gradnorm"], levels["loss"]) == (
+        "model-free", "reference", "reference", "white-box", "black-box"
+    )  # fmt: skip
