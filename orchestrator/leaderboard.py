@@ -20,7 +20,7 @@ from privauditor.tasks.faults import point
 from privauditor.tasks.signals import atomic_write
 from privauditor.tasks.spec import CellSpec
 
-from .summary import summary
+from .summary import SUMMARY_HEADER, summary
 
 COLUMNS = [
     "cell_id",
@@ -145,11 +145,11 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
         "Mean ± std AUC per adaptation at each cell's last checkpoint (across models, datasets, seeds and "
         "attacks; `findings.md` compares techniques at equal epochs, best validation and matched utility):",
         "",
-        _markdown(["adaptation", "AUC", "rows"], summary(found, "adaptation")),
+        _markdown(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")),
         "",
         "Mean ± std AUC per attack:",
         "",
-        _markdown(["attack", "AUC", "rows"], summary(found, "attack")),
+        _markdown(["attack", *SUMMARY_HEADER], summary(found, "attack")),
         "",
         "Every (cell, checkpoint, attack), highest AUC first:",
         "",
@@ -168,6 +168,8 @@ def write_html(out: Path, found: list[dict[str, Any]]) -> None:
 
 
 def _markdown(header: list[str], body: list[list[Any]]) -> str:
+    if any(len(row) != len(header) for row in body):
+        raise ValueError(f"a Markdown row does not have the {len(header)} cells of its header {header}")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
     return "\n".join(lines)

@@ -52,7 +52,9 @@ def test_report_writes_findings_with_controls_significance_and_plots(tmp_path, c
     assert "| full |" in text and "| lora |" in text and "epoch 1 | epoch 3" in text
     assert "differences significant at 0.05" in text and "of 3 differences" in text  # 3 pairs per view
     # every significant pair is written winner first, its difference and CI as winner − loser
-    significant = [line.split("|") for line in text.splitlines() if " > " in line and line.startswith("| tiny")]
+    significant = [
+        line.split("|") for line in text.splitlines() if " > " in line and line.startswith("| tiny")
+    ]
     assert significant  # full fine-tuning, 3 epochs, 24 members: told apart from `none`
     for cells in significant:
         low, high = (float(x) for x in cells[6].strip(" []").split(","))

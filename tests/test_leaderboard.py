@@ -3,7 +3,9 @@ when there are several."""
 
 from __future__ import annotations
 
-from privauditor.orchestrator.leaderboard import summary
+import pytest
+
+from privauditor.orchestrator.leaderboard import SUMMARY_HEADER, _markdown, summary
 
 
 def row(adaptation, seed, auc, attack="loss", epoch=3):
@@ -31,3 +33,11 @@ def test_one_seed_spreads_over_rows_and_several_seeds_over_seed_means():
     assert [r[0] for r in summary(found, "adaptation")] == ["full", "lora"]  # best first
     per_attack = {r[0]: r[1:] for r in summary(found, "attack")}
     assert per_attack["zlib"] == ["0.625 ± 0.177", "2 seeds", 3]  # seed means 0.75 (lora, full) and 0.5
+
+
+def test_summary_tables_have_a_cell_per_header_column():
+    found = [row("lora", 0, 0.6), row("full", 0, 0.7)]
+    table = _markdown(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))
+    assert all(line.count("|") == len(SUMMARY_HEADER) + 2 for line in table.splitlines())
+    with pytest.raises(ValueError, match="cells of its header"):
+        _markdown(["adaptation", "AUC", "rows"], summary(found, "adaptation"))

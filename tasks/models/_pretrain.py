@@ -51,6 +51,31 @@ def _mask_tokens(batch: torch.Tensor, tokenizer, vocab_size: int, gen: torch.Gen
     return inputs, labels
 
 
+def with_repeats(windows: torch.Tensor, objective: str, share: float, gen: torch.Generator) -> torch.Tensor:
+    """``windows`` with, in a ``share`` of them, a span of 8 to a quarter-window of tokens copied to a
+    later place: its second occurrence is predictable from the first alone, the pattern that makes a model
+    copy from its context (induction heads; Olsson et al. 2022). Causal windows copy from the first half to
+    anywhere after the span; seq2seq windows from the encoder's quarter into the decoder's part."""
+    if not share or objective == "mlm":
+        return windows
+    out = windows.clone()
+    width = out.shape[1]
+    cut = width // 4
+
+    def draw(low: int, high: int) -> int:  # uniform in [low, high]
+        return int(torch.randint(low, high + 1, (1,), generator=gen))
+
+    for row in (torch.rand(out.shape[0], generator=gen) < share).nonzero().flatten().tolist():
+        length = draw(8, cut)
+        if objective == "seq2seq":
+            source, target = draw(0, cut - length), draw(cut, width - length)
+        else:
+            source = draw(0, width // 2 - length)
+            target = draw(source + length, width - length)
+        out[row, target : target + length] = windows[row, source : source + length]
+    return out
+
+
 def _batch(objective: str, windows: torch.Tensor, tokenizer, vocab_size: int, gen: torch.Generator) -> dict:
     """Model inputs for one batch of windows, labels marking exactly the predicted tokens."""
     if objective == "causal":
@@ -94,7 +119,8 @@ def pretrain(
     bar = tqdm(range(profile.steps), desc=f"pre-training {label}", leave=False, mininterval=2)
     for step in bar:
         starts = torch.randint(len(train) - profile.seq_len, (profile.batch_size,), generator=gen)
-        batch = _batch(objective, _windows(train, profile.seq_len, starts), tokenizer, vocab_size, gen)
+        windows = with_repeats(_windows(train, profile.seq_len, starts), objective, profile.repeats, gen)
+        batch = _batch(objective, windows, tokenizer, vocab_size, gen)
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -145,3 +171,26 @@ def evaluate(
         "unigram_loss": round(total_unigram / total_tokens, 4),
         "held_out_tokens": total_tokens,
     }
+
+
+@torch.inference_mode()
+def copy_gain(model, tokenizer, texts, objective: str, length: int = 32) -> float:
+    """How much a model copies from its context: the mean drop (nats) of a span's per-token NLL at its
+    second occurrence against its first. Causal: ``<s> A A``, the NLL of the second A against the first;
+    seq2seq: A decoded from the encoder input A against from another text's span B."""
+    spans = [ids[:length] for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+    spans = [s for s in spans if len(s) == length]
+    gains = []
+    for i, span in enumerate(spans):
+        if objective == "seq2seq":
+            other = spans[(i + 1) % len(spans)]
+            labels = torch.tensor([span])
+            first = model(input_ids=torch.tensor([other]), labels=labels).loss
+            second = model(input_ids=torch.tensor([span]), labels=labels).loss
+        else:
+            ids = torch.tensor([[tokenizer.bos_token_id, *span, *span]])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+            nll = -logp.gather(1, ids[0, 1:, None])[:, 0]
+            first, second = nll[:length].mean(), nll[length:].mean()
+        gains.append(float(first - second))
+    return sum(gains) / max(1, len(gains))

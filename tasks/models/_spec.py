@@ -26,6 +26,19 @@ class PretrainProfile:
     warmup: int
     eval_windows: int = 256
     seed: int = 0
+    # Share of causal / seq2seq windows in which a span is copied to a later place (see _pretrain), so
+    # a base learns to copy from its context. 0 leaves the profile's cache key as it was.
+    repeats: float = 0.0
+
+    def key(self) -> dict[str, Any]:
+        """What the cache key holds of the profile (fields at a neutral default are left out, so adding
+        one does not rebuild the bases it does not change)."""
+        from dataclasses import asdict
+
+        key = asdict(self)
+        if not self.repeats:
+            key.pop("repeats")
+        return key
 
 
 PROFILES = {

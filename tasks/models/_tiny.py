@@ -9,7 +9,7 @@ plus its tokenizer and ``pretrain.json`` (held-out and unigram loss, timings, lo
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from ..cache import cached_dir
@@ -78,7 +78,7 @@ def _cached_model(label, config, objective, profile, corpus, tok_dir, build=True
         "config": config.to_dict(),
         "tokenizer": tok_dir.name,
         "corpus": corpus.sha256,
-        "profile": asdict(profile),
+        "profile": profile.key(),
         "objective": objective,
         **extra_key,
     }
