@@ -1,8 +1,7 @@
 """Sweep scaling: Ray's parallel speed-up, forward passes of shared vs per-cell work, scheduler overhead.
 
 A sweep of 8 tiny cells (2 bases x 4 techniques x finance; every attack but GradNorm, whose backward
-passes are per-cell work of another kind, and the model-free blind) runs four times, side by side in one
-run:
+passes are per-cell work of another kind) runs four times, side by side in one run:
 
 - ``seq``: one fresh process (its start-up and imports timed, as Ray's workers' are), 2 torch threads,
   the cells one after another through ``run_cell``, each with its ROC image as a sweep draws it (shared
@@ -18,11 +17,9 @@ run:
 Figures: ``parallel_speedup`` = seq ÷ ray wall time (``parallel_speedup_steady``: the same for the
 rate at which cells finish once both are running, start-up left out); ``forward_passes`` (texts through a model in
 inference, counted by hooks on every model call: :mod:`privauditor.tasks.counting`) for the sweep,
-``forward_passes_naive`` for ``naive``, and the bound ``cells·n·(1+k+1+2) + cells·P + cells·n_val +
-bases·datasets·(n+P) + splits·n·k`` (n scored texts, k neighbours, P population texts; per cell the
-target's signals, neighbours, lowercased texts and the two prefixed passes of ReCaLL / Con-ReCaLL, its
-signals on the population for RMIA and the validation pass; shared per base and split the reference's
-signals, per split the neighbour texts); ``scheduler_overhead_s`` = median over cells of (wall under
+``forward_passes_naive`` for ``naive``, and the bound ``cells·n·(1+k) + cells·n_val + bases·datasets·n
++ splits·n·k`` (n scored texts, k neighbours; the ``n_val`` term is the utility figure's validation
+pass, which the issue's bound leaves out); ``scheduler_overhead_s`` = median over cells of (wall under
 Ray − alone); ``parallel_speedup_ceiling`` = what a perfect 2x on the cells would give when each process
 pays the sequential process's start-up (its wall time less cells x the median cell). The last line is
 one JSON object.
@@ -57,28 +54,9 @@ def sweep_data(members: int, k: int, cpus_per_trial: int) -> dict:
             "adaptation": ["none", "lora", "ia3", "prompt"],
             "dataset": ["finance"],
         },  # fmt: skip
-        "attacks": [
-            "loss",
-            "reference",
-            "zlib",
-            "neighbourhood",
-            "min_k",
-            "min_k_pp",
-            "lowercase",
-            "surp",
-            "dc_pdd",
-            "rmia",
-            "recall",
-            "con_recall",
-        ],
-        "attack_params": {"neighbourhood": {"k": k}, "recall": {"shots": 4}, "con_recall": {"shots": 4}},
-        "split": {
-            "members": members,
-            "nonmembers": members,
-            "validation": members // 2,
-            "population": members // 2,
-            "known_members": 4,
-        },
+        "attacks": ["loss", "reference", "zlib", "neighbourhood", "min_k", "min_k_pp"],
+        "attack_params": {"neighbourhood": {"k": k}},
+        "split": {"members": members, "nonmembers": members, "validation": members // 2},
         "train": {"epochs": 2, "max_length": 64},
         "score": {"bootstrap": 100},
         "run": {"cpus_per_trial": cpus_per_trial, "max_failures": 0},
@@ -211,13 +189,11 @@ def main() -> int:
     n = args.members * 2
     splits = len({(c.dataset, c.seed) for c in cells})
     bases_datasets = len({(c.model, c.dataset) for c in cells})
-    population = args.members // 2
     bound = (
-        len(cells) * n * (1 + args.k + 1 + 2)  # signals, neighbours, lowercased, two prefixes
-        + len(cells) * population  # the target's signals on the population (rmia)
-        + len(cells) * (args.members // 2)  # validation
-        + bases_datasets * (n + population)  # the reference's signals, shared
-        + splits * n * args.k  # neighbour texts, shared
+        len(cells) * n * (1 + args.k)
+        + len(cells) * (args.members // 2)
+        + bases_datasets * n
+        + splits * n * args.k
     )
     steady_ratio = (sum(seq.values()) / len(cells)) / steady(work / "ray")
     # Amdahl: start-up (process, imports, first loads) is paid by every process, the cells are shared

@@ -8,8 +8,8 @@ trained on x (here the un-adapted base, the ``reference`` role): Pr(x) = ½ [(1 
 ``a`` the offline scaling (0.3, privacy-meter's default). With the same for each population sample z
 (the split's ``population`` part: never trained on nor scored), the pairwise likelihood ratio is
 LR(x, z) = [Pr(x | θ) / Pr(x)] / [Pr(z | θ) / Pr(z)], and score(x) = the share of z with LR(x, z) > γ
-(``gamma`` = 1, the paper's). Scores lie on a grid of 1 / |population|: with 184 population samples (the
-default sweep's) a step is 0.0054, finer than the AUC's own resolution at 184 members.
+(``gamma`` = 1, the paper's). Scores lie on a grid of 1 / |population|: with the default sweep's 280
+population samples a step is 0.0036, as fine as the AUC's own resolution at 280 members.
 """
 
 from __future__ import annotations
