@@ -33,6 +33,17 @@ from privauditor.tasks.splits import draw_split
 from privauditor.tasks.training import TrainConfig, apply_seeded, train, validation_loss
 
 
+def supported_pairs(models, techniques):
+    """(model name, loaded base, technique, adaptation) for every pair the technique supports, each base
+    loaded once."""
+    for model_name in models:
+        loaded = load_model(model_name)
+        for technique in techniques:
+            adaptation = build_adaptation(technique)
+            if not adaptation.unsupported_reason(loaded.family.name):
+                yield model_name, loaded, technique, adaptation
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="finance")
@@ -59,56 +70,49 @@ def main() -> None:
         "val NLL",
     ]
     rows, results, flat = [], [], []
-    for model_name in args.models:
-        loaded = load_model(model_name)
-        for technique in args.techniques:
-            adaptation = build_adaptation(technique)
-            if adaptation.unsupported_reason(loaded.family.name):
-                continue
-            model = apply_seeded(adaptation, copy.deepcopy(loaded.model), loaded.family, seed=0)
-            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            config = TrainConfig(
-                epochs=adaptation.default_epochs,
-                lr=adaptation.default_lr_on(model_name, loaded.family.name),
-                max_length=args.max_length,
-            )
-            before = validation_loss(model, loaded.tokenizer, split.members, args.max_length, loaded.seq2seq)
-            started = time.perf_counter()
-            result = train(model, loaded.tokenizer, split.members, config, loaded.seq2seq)
-            seconds = time.perf_counter() - started
-            utility = validation_loss(
-                model, loaded.tokenizer, split.validation, args.max_length, loaded.seq2seq
-            )
-            per_epoch = seconds / max(1, config.epochs)
-            first, last = result.loss_first_epoch, result.loss_last_epoch
-            rows.append(
-                [
-                    model_name,
-                    technique,
-                    trainable,
-                    f"{before:.3f}",
-                    f"{first:.3f}",
-                    f"{last:.3f}",
-                    f"{before - last:.3f}",
-                    f"{per_epoch:.1f}",
-                    f"{utility:.3f}",
-                ]
-            )
-            results.append(
-                {
-                    "model": model_name,
-                    "adaptation": technique,
-                    "trainable_params": trainable,
-                    "loss_before": round(before, 4),
-                    "loss_first_epoch": first,
-                    "loss_last_epoch": last,
-                    "seconds_per_epoch": round(per_epoch, 2),
-                    "utility_loss": round(utility, 4),
-                }
-            )
-            if technique != "none" and not before - last >= args.min_drop:
-                flat.append(f"{model_name}/{technique}")
-            print(render(header, rows[-1:]).splitlines()[-1], flush=True)
+    for model_name, loaded, technique, adaptation in supported_pairs(args.models, args.techniques):
+        model = apply_seeded(adaptation, copy.deepcopy(loaded.model), loaded.family, seed=0)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        config = TrainConfig(
+            epochs=adaptation.default_epochs,
+            lr=adaptation.default_lr_on(model_name, loaded.family.name),
+            max_length=args.max_length,
+        )
+        before = validation_loss(model, loaded.tokenizer, split.members, args.max_length, loaded.seq2seq)
+        started = time.perf_counter()
+        result = train(model, loaded.tokenizer, split.members, config, loaded.seq2seq)
+        seconds = time.perf_counter() - started
+        utility = validation_loss(model, loaded.tokenizer, split.validation, args.max_length, loaded.seq2seq)
+        per_epoch = seconds / max(1, config.epochs)
+        first, last = result.loss_first_epoch, result.loss_last_epoch
+        rows.append(
+            [
+                model_name,
+                technique,
+                trainable,
+                f"{before:.3f}",
+                f"{first:.3f}",
+                f"{last:.3f}",
+                f"{before - last:.3f}",
+                f"{per_epoch:.1f}",
+                f"{utility:.3f}",
+            ]
+        )
+        results.append(
+            {
+                "model": model_name,
+                "adaptation": technique,
+                "trainable_params": trainable,
+                "loss_before": round(before, 4),
+                "loss_first_epoch": first,
+                "loss_last_epoch": last,
+                "seconds_per_epoch": round(per_epoch, 2),
+                "utility_loss": round(utility, 4),
+            }
+        )
+        if technique != "none" and not before - last >= args.min_drop:
+            flat.append(f"{model_name}/{technique}")
+        print(render(header, rows[-1:]).splitlines()[-1], flush=True)
     print()
     print(render(header, rows))
     print(f"pairs whose loss fell < {args.min_drop} nats: {', '.join(flat) or 'none'}")

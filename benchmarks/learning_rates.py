@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 
 import torch
+from adaptation_table import supported_pairs  # the script beside this one (its folder is on sys.path)
 
 from privauditor.orchestrator.tables import render
 from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
 from privauditor.tasks.config import SplitConfig
 from privauditor.tasks.datasets import load_dataset
-from privauditor.tasks.models import MODELS, active_profile, load_model
+from privauditor.tasks.models import MODELS, active_profile
 from privauditor.tasks.snapshots import restore, trainable_state
 from privauditor.tasks.splits import draw_split
 from privauditor.tasks.training import TrainConfig, apply_seeded, train, validation_loss
@@ -99,36 +100,31 @@ def main() -> None:
     splits = [draw_split(load_dataset(d), sizes, seed=0) for d in args.datasets]
     chosen: dict[str, dict[str, float]] = {}
     rows = []
-    for model_name in args.models:
-        loaded = load_model(model_name)
-        for technique in args.techniques:
-            adaptation = build_adaptation(technique)
-            if adaptation.unsupported_reason(loaded.family.name):
-                continue
-            started = time.perf_counter()
-            measure = functools.partial(
-                figure, loaded, technique, splits, checkpoints=args.checkpoints, max_length=args.max_length,
-                batch_size=args.batch_size,
-            )  # fmt: skip
-            best, tried = choose(measure, adaptation.default_lr_for(loaded.family.name))  # the class default
-            chosen.setdefault(technique, {})[model_name] = best
-            ladder = "  ".join(f"{lr:g}:{nll:.3f}" for lr, nll in sorted(tried.items()))
-            rows.append(
-                [
-                    model_name,
-                    technique,
-                    f"{best:g}",
-                    f"{tried[best]:.3f}",
-                    ladder,
-                    f"{time.perf_counter() - started:.0f}",
-                ]
-            )
-            print(
-                render(
-                    ["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"], rows[-1:]
-                ).splitlines()[-1],
-                flush=True,
-            )
+    for model_name, loaded, technique, adaptation in supported_pairs(args.models, args.techniques):
+        started = time.perf_counter()
+        measure = functools.partial(
+            figure, loaded, technique, splits, checkpoints=args.checkpoints, max_length=args.max_length,
+            batch_size=args.batch_size,
+        )  # fmt: skip
+        best, tried = choose(measure, adaptation.default_lr_for(loaded.family.name))  # the class default
+        chosen.setdefault(technique, {})[model_name] = best
+        ladder = "  ".join(f"{lr:g}:{nll:.3f}" for lr, nll in sorted(tried.items()))
+        rows.append(
+            [
+                model_name,
+                technique,
+                f"{best:g}",
+                f"{tried[best]:.3f}",
+                ladder,
+                f"{time.perf_counter() - started:.0f}",
+            ]
+        )
+        print(
+            render(["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"], rows[-1:]).splitlines()[
+                -1
+            ],
+            flush=True,
+        )
     print()
     print(render(["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"], rows))
     settings = vars(args) | {"write": None, "profile": active_profile().name, "seed": 0}

@@ -56,6 +56,7 @@ class ConditionedView(View):
         import numpy as np
         import pyarrow as pa
 
+        from ..audit import virtual_tokens
         from ..datasets import Example
         from ..scoring import score_examples
 
@@ -67,7 +68,9 @@ class ConditionedView(View):
         examples = context.examples()
         prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
         longest = max(2 + len(p) + len(ids) for p, ids in zip(prompts, plain.token_ids, strict=True))
-        room = _context(model, target.seq2seq) - _virtual(model) - longest  # <bos>/<eos>, prompt, target
+        room = (
+            _context(model, target.seq2seq) - virtual_tokens(model) - longest
+        )  # <bos>/<eos>, prompt, target
         kept = len(records)
         while kept and sum(lengths[len(records) - kept :]) > room:
             kept -= 1  # drop shots from the front of the prefix
@@ -108,8 +111,3 @@ def _context(model, seq2seq: bool) -> int:
     config = model.config
     positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return 512 if seq2seq or positions is None else int(positions)
-
-
-def _virtual(model) -> int:
-    config = getattr(model, "peft_config", {}).get("default")
-    return int(getattr(config, "num_virtual_tokens", 0) or 0)
