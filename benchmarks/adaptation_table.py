@@ -51,7 +51,11 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--min-drop", type=float, default=0.05, help="nats the loss must fall")
     parser.add_argument("--models", nargs="+", default=[n for n, s in MODELS.items() if s.source == "tiny"])
-    parser.add_argument("--techniques", nargs="+", default=ADAPTATIONS.names())
+    parser.add_argument(
+        "--techniques",
+        nargs="+",
+        default=[n for n in ADAPTATIONS.names() if not build_adaptation(n).in_context],
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 

@@ -1,15 +1,17 @@
-"""Do the tiny bases copy from their context, and does pre-training with repeated spans teach them to?
+"""Do the tiny bases copy from their context, and which pre-training teaches them to?
 
 In-context learning and the prefix attacks (ReCaLL, Con-ReCaLL) measure something only when a model
 uses what its context holds. For one family and pre-training profile this pre-trains a fresh base with
-``--repeats`` of its windows holding a copied span (``span``: a span of the text copied to a later place,
-``PretrainProfile.repeats``) or a random-token sequence repeated through the window (``random``: the
-synthetic data that teaches small transformers induction heads), and prints held-out and unigram loss
-and the copy gain (:func:`privauditor.tasks.models._pretrain.copy_gain`: the per-token NLL drop of a
-span's second occurrence in one context against its first) on held-out corpus text and on finance
-records. A base copies when the gain is well above 0 (the issue's bar: 1 nat). The last line is JSON.
+the profile's copy curriculum (:class:`privauditor.tasks.models._spec.Induction`: random-token sequences
+repeated through a window, then the corpus with a share of its windows holding a copied span), or with
+the settings given here, and prints held-out and unigram loss and the copy gain
+(:func:`privauditor.tasks.models._pretrain.copy_gain`: the per-token NLL drop of a span's second
+occurrence in one context against its first) on held-out corpus text and on finance records, after the
+curriculum and at the end. A base copies when the gain is well above 0 (the bar: 1 nat). The last line
+is JSON.
 
-    python benchmarks/copy_pretraining.py --family llama --repeats 0.5 [--mode random] [--steps 1200]
+    python benchmarks/copy_pretraining.py --family llama [--profile fast] [--induction-steps 0]
+        [--then-lr 1e-2] [--repeats 0.0] [--threads 2]
 """
 
 from __future__ import annotations
@@ -23,64 +25,66 @@ import torch
 
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import _pretrain
-from privauditor.tasks.models._spec import FAMILIES, PROFILES, TinyArchitecture
+from privauditor.tasks.models._spec import FAMILIES, PROFILES, Induction, TinyArchitecture
 from privauditor.tasks.models._tiny import _special_ids, _tokenizer
-
-
-def random_repeats(vocabulary: int):
-    """``with_repeats``'s ``random`` kind: in a ``share`` of windows, a random sequence of non-special
-    tokens (8 to a quarter-window long) repeated through the window (causal), or placed at the encoder's
-    start and again at the decoder's (seq2seq)."""
-    return lambda windows, objective, share, gen: _random(windows, objective, share, gen, vocabulary)
-
-
-def _random(windows: torch.Tensor, objective: str, share: float, gen: torch.Generator, vocabulary: int):
-    if not share or objective == "mlm":
-        return windows
-    out, width = windows.clone(), windows.shape[1]
-    cut = width // 4
-    for row in (torch.rand(out.shape[0], generator=gen) < share).nonzero().flatten().tolist():
-        length = int(torch.randint(8, cut + 1, (1,), generator=gen))
-        sequence = torch.randint(5, vocabulary, (length,), generator=gen)
-        if objective == "seq2seq":
-            out[row, :length] = sequence
-            out[row, cut : cut + length] = sequence
-        else:
-            out[row] = sequence.repeat(width // length + 1)[:width]
-    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--family", default="llama")
-    parser.add_argument("--repeats", type=float, default=0.5, help="share of windows with a repeat")
-    parser.add_argument("--mode", choices=["span", "random"], default="span")
     parser.add_argument("--profile", default="fast", choices=sorted(PROFILES))
-    parser.add_argument("--steps", type=int, default=None, help="the profile's steps unless given")
-    args = parser.parse_args()
-    torch.set_num_threads(2)
-    corpus, _, tokenizer = _tokenizer()
-    if args.mode == "random":
-        _pretrain.with_repeats = random_repeats(len(tokenizer))
-    family = FAMILIES.get(args.family)
-    profile = replace(
-        PROFILES[args.profile], repeats=args.repeats, steps=args.steps or PROFILES[args.profile].steps
+    parser.add_argument(
+        "--induction-steps", type=int, help="curriculum steps (0: none; default: the profile's)"
     )
-    profile = replace(profile, lr=profile.lr * family.pretrain_lr_scale)
+    parser.add_argument("--induction-lr", type=float, help="the curriculum's learning rate")
+    parser.add_argument("--then-lr", type=float, help="the corpus stage's learning rate after the curriculum")
+    parser.add_argument("--repeats", type=float, help="share of corpus windows with a copied span")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    corpus, _, tokenizer = _tokenizer()
+    family = FAMILIES.get(args.family)
+    profile = PROFILES[args.profile]
+    induction = profile.induction or Induction()
+    changes = {"steps": args.induction_steps, "lr": args.induction_lr, "then_lr": args.then_lr,
+               "repeats": args.repeats}  # fmt: skip
+    induction = replace(induction, **{k: v for k, v in changes.items() if v is not None})
+    if args.induction_steps == 0 or (profile.induction is None and args.induction_steps is None):
+        profile = replace(profile, induction=None, repeats=args.repeats or 0.0, lr=args.then_lr or profile.lr)
+    else:
+        profile = replace(profile, induction=induction)
+    scale = family.pretrain_lr_scale
+    profile = replace(
+        profile, lr=profile.lr * scale,
+        induction=profile.induction and replace(profile.induction, then_lr=profile.induction.then_lr * scale),
+    )  # fmt: skip
     config = family.tiny_config(TinyArchitecture(), len(tokenizer), _special_ids(tokenizer))
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     objective = "seq2seq" if family.seq2seq else "causal"
     torch.manual_seed(profile.seed)
     model = (AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM).from_config(config)
+    records = [e.prompt + e.target for e in load_dataset("finance").examples[:48]]
+    after_curriculum = None
+    if profile.induction is not None:  # the curriculum's own effect, measured on a copy
+        import copy
+
+        probe = copy.deepcopy(model)
+        first_id = max(tokenizer.all_special_ids) + 1
+        _pretrain.learn_to_copy(probe, objective, profile.induction, first_id, profile.seed)
+        after_curriculum = round(
+            _pretrain.copy_gain(probe.eval(), tokenizer, records, objective, length=24), 3
+        )
     started = time.perf_counter()
     report = _pretrain.pretrain(
         model, tokenizer, corpus.train, corpus.held_out, objective, profile, args.family
     )
-    records = [e.prompt + e.target for e in load_dataset("finance").examples[:48]]
     figures = {
-        "family": args.family, "mode": args.mode, "repeats": args.repeats, "profile": args.profile,
-        "steps": profile.steps, "held_out_loss": report["held_out_loss"], "unigram_loss": report["unigram_loss"],
+        "family": args.family, "profile": args.profile,
+        "induction": None if profile.induction is None else vars(profile.induction),
+        "corpus_lr": profile.lr, "repeats": profile.repeats, "steps": profile.steps,
+        "held_out_loss": report["held_out_loss"], "unigram_loss": report["unigram_loss"],
+        "copy_gain_records_after_curriculum": after_curriculum,
         "copy_gain_corpus": round(_pretrain.copy_gain(model, tokenizer, corpus.held_out[:48], objective), 3),
         "copy_gain_records": round(_pretrain.copy_gain(model, tokenizer, records, objective, length=24), 3),
         "seconds": round(time.perf_counter() - started),

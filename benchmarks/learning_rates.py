@@ -90,7 +90,9 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--models", nargs="+", default=[n for n, s in MODELS.items() if s.source == "tiny"])
-    parser.add_argument("--techniques", nargs="+", default=[n for n in ADAPTATIONS.names() if n != "none"])
+    parser.add_argument(
+        "--techniques", nargs="+", default=[n for n in ADAPTATIONS.names() if build_adaptation(n).trains]
+    )
     parser.add_argument("--write", action="store_true", help=f"store the choice in {RATES_FILE.name}")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

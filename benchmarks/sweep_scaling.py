@@ -17,14 +17,15 @@ passes are per-cell work of another kind) runs four times, side by side in one r
 Figures: ``parallel_speedup`` = seq ÷ ray wall time (``parallel_speedup_steady``: the same for the
 rate at which cells finish once both are running, start-up left out); ``forward_passes`` (texts through a model in
 inference, counted by hooks on every model call: :mod:`privauditor.tasks.counting`) for the sweep,
-``forward_passes_naive`` for ``naive``, and the bound ``cells·n·(1+k) + cells·n_val + bases·datasets·n
-+ splits·n·k`` (n scored texts, k neighbours; the ``n_val`` term is the utility figure's validation
-pass, which the issue's bound leaves out); ``scheduler_overhead_s`` = median over cells of (wall under
+``forward_passes_naive`` for ``naive``, and the bound, summed from the views' own costs
+(:func:`forward_bound`; with the default attacks it is ``cells·n·(1+k) + cells·n_val + bases·datasets·n
++ splits·n·k``, n scored texts, k neighbours; the ``n_val`` term is the utility figure's validation
+pass, which the issue's bound leaves out; other ``--attacks`` add their views' passes); ``scheduler_overhead_s`` = median over cells of (wall under
 Ray − alone); ``parallel_speedup_ceiling`` = what a perfect 2x on the cells would give when each process
 pays the sequential process's start-up (its wall time less cells x the median cell). The last line is
 one JSON object.
 
-    python benchmarks/sweep_scaling.py [--members 32] [--k 4]
+    python benchmarks/sweep_scaling.py [--members 32] [--k 4] [--attacks loss,reference,...]
 """
 
 from __future__ import annotations
@@ -46,7 +47,11 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def sweep_data(members: int, k: int, cpus_per_trial: int) -> dict:
+#: the attacks the README's figures were measured with
+MEASURED = ("loss", "reference", "zlib", "neighbourhood", "min_k", "min_k_pp")
+
+
+def sweep_data(members: int, k: int, cpus_per_trial: int, attacks=MEASURED) -> dict:
     return {
         "name": "scaling",
         "matrix": {
@@ -54,14 +59,38 @@ def sweep_data(members: int, k: int, cpus_per_trial: int) -> dict:
             "adaptation": ["none", "lora", "ia3", "prompt"],
             "dataset": ["finance"],
         },  # fmt: skip
-        "attacks": ["loss", "reference", "zlib", "neighbourhood", "min_k", "min_k_pp"],
+        "attacks": list(attacks),
         "attack_params": {"neighbourhood": {"k": k}},
-        "split": {"members": members, "nonmembers": members, "validation": members // 2},
+        "split": {"members": members, "nonmembers": members, "validation": members // 2}
+        | ({} if attacks == MEASURED else {"population": members, "known_members": members // 2}),
         "train": {"epochs": 2, "max_length": 64},
         "score": {"bootstrap": 100},
         "run": {"cpus_per_trial": cpus_per_trial, "max_failures": 0},
         "tracking": {"wandb": {"mode": "disabled"}},
     }
+
+
+def forward_bound(cells, n: int, n_val: int) -> int:
+    """Texts through a model in inference the sweep needs at most, from the views' own costs (passes per
+    scored text, :meth:`privauditor.tasks.views.View.cost`): a view of the adapted model once per cell,
+    one of un-adapted models once per (base, split), work a view shares (``shared_forward``: neighbour
+    generation) once per split, and each cell's validation pass."""
+    per_cell = per_base = per_split = 0.0
+    based, split = set(), set()
+    for cell in cells:
+        views = {(v.name, repr(v.key_parameters()), v.models()): v for a in cell.built_attacks().values()
+                 for v in a.views().values()}  # fmt: skip
+        for (name, params, models), view in views.items():
+            cost = view.cost()
+            if "target" in models:
+                per_cell += n * cost.forward
+            elif (cell.model, cell.dataset, cell.seed, name, params) not in based:
+                based.add((cell.model, cell.dataset, cell.seed, name, params))
+                per_base += n * cost.forward
+            if cost.shared_forward and (cell.dataset, cell.seed, name, params) not in split:
+                split.add((cell.dataset, cell.seed, name, params))
+                per_split += n * cost.shared_forward
+    return round(per_cell + per_base + per_split) + len(cells) * n_val
 
 
 def inference_rows(count_file: Path, start: int) -> tuple[int, int]:
@@ -105,6 +134,8 @@ def sequential(args, out: Path) -> tuple[float, dict[str, float]]:
         str(args.members),
         "--k",
         str(args.k),
+        "--attacks",
+        ",".join(args.attacks),
         "--child-seq",
         str(out),
     ]
@@ -119,7 +150,7 @@ def child_seq(args) -> None:
     from privauditor.orchestrator.sweep import parse_sweep
 
     torch.set_num_threads(2)
-    cells = parse_sweep(sweep_data(args.members, args.k, 1)).cells
+    cells = parse_sweep(sweep_data(args.members, args.k, 1, args.attacks)).cells
     print(json.dumps(in_process(cells, lambda cell: Path(args.child_seq))))
 
 
@@ -133,6 +164,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=32)
     parser.add_argument("--k", type=int, default=4)
+    parser.add_argument(
+        "--attacks", type=lambda text: tuple(text.split(",")), default=MEASURED,
+        help="comma-separated attacks (default: the set the README's figures were measured with)",
+    )  # fmt: skip
     parser.add_argument("--child-seq", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_seq:
@@ -151,7 +186,7 @@ def main() -> int:
     from privauditor.tasks.models import load_model
 
     torch.set_num_threads(2)
-    sweep = parse_sweep(sweep_data(args.members, args.k, 1))
+    sweep = parse_sweep(sweep_data(args.members, args.k, 1, args.attacks))
     cells = list(sweep.cells)
     for model in {c.model for c in cells}:
         load_model(model)  # bases built (cache) before any clock starts
@@ -165,12 +200,12 @@ def main() -> int:
         num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": forwarded_env()}
     )
     ray_started = time.time()
-    ray_s = through_ray(sweep_data(args.members, args.k, 1), work / "ray")
+    ray_s = through_ray(sweep_data(args.members, args.k, 1, args.attacks), work / "ray")
     ray_first = min(p.stat().st_mtime for p in (work / "ray" / "cells").glob("*/DONE")) - ray_started
     ray_passes, mark = inference_rows(count_file, mark)
     (work / "ray_serial").mkdir()
     shutil.copytree(work / "seq" / "shared", work / "ray_serial" / "shared")
-    through_ray(sweep_data(args.members, args.k, 2), work / "ray_serial")
+    through_ray(sweep_data(args.members, args.k, 2, args.attacks), work / "ray_serial")
     ray.shutdown()
 
     # the cells whose shared work (neighbours, reference signals) was already there in `seq`
@@ -189,12 +224,14 @@ def main() -> int:
     n = args.members * 2
     splits = len({(c.dataset, c.seed) for c in cells})
     bases_datasets = len({(c.model, c.dataset) for c in cells})
-    bound = (
-        len(cells) * n * (1 + args.k)
-        + len(cells) * (args.members // 2)
-        + bases_datasets * n
-        + splits * n * args.k
-    )
+    bound = forward_bound(cells, n, args.members // 2)
+    if args.attacks == MEASURED:  # the issue's formula: what the views' own costs add up to here
+        assert bound == (
+            len(cells) * n * (1 + args.k)
+            + len(cells) * (args.members // 2)
+            + bases_datasets * n
+            + splits * n * args.k
+        ), bound
     steady_ratio = (sum(seq.values()) / len(cells)) / steady(work / "ray")
     # Amdahl: start-up (process, imports, first loads) is paid by every process, the cells are shared
     # out; even a perfect 2x on the cells cannot beat this ceiling

@@ -71,7 +71,7 @@ def attacks_listing() -> str:
         attack = cls()
         fields = ", ".join(f"{k}={v}" for k, v in attack.hyperparameters().items()) or "-"
         views = ", ".join(f"{role}: {view.label}" for role, view in attack.views().items())
-        checkpoints = "every" if attack.cheap else "last + best"
+        checkpoints = "last" if cls.checkpoints == "last" else "every" if attack.cheap else "last + best"
         rows.append([name, cls.access, fields, views, str(attack.cost()), checkpoints, cls.paper])
     headers = ["attack", "access", "hyper-parameters", "views", "passes per text", "checkpoints", "paper"]
     return render(headers, rows)

@@ -13,7 +13,7 @@ earlier one's has the same files under ``checkpoints/epoch-<e>/``. ``cell.json``
 them (epoch, step, ``best`` = lowest validation NLL of the cell, path, utility, adaptation hash, attacks
 run). Attacks on the target's stored signals alone (and on views of un-adapted models, computed once per
 split) run at every checkpoint; those that need more passes through the target (neighbours, gradients)
-run at the last and the best.
+run at the last and the best; one that adapts a model of its own (``spv_mia``) at the last alone.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def execute(
     """The cell's work; returns the ``cell.json`` record (spec, provenance, timings, training)."""
     from .adaptations import build_adaptation
     from .datasets import load_dataset
-    from .evaluate import identity_of
+    from .evaluate import context_tokens, identity_of
     from .models import load_model
     from .snapshots import saver
     from .splits import draw_split
@@ -168,7 +168,8 @@ def execute(
     technique.check_family(loaded.family.name)
     virtual = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
     max_length = spec.train.max_length
-    check_context(max_length, virtual, loaded, spec.model)
+    contexts, demonstrations = technique.contexts(split, spec.seed) if technique.in_context else (None, None)
+    check_context(max_length, virtual, loaded, spec.model, context_tokens(contexts, loaded.tokenizer))
     split_file = shared_split(shared, spec, split)
     base_identity = identity_of(loaded.model, loaded.tokenizer, spec.model, spec.base, "none")
     model = apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed)
@@ -191,10 +192,10 @@ def execute(
     else:
         result = clock("train", lambda: train_elsewhere(spec, snapshots, env.distributed))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    reference = reference_for(spec, loaded, base_identity)
+    reference = reference_for(spec, loaded, base_identity, technique.trains)
     audited = audit_checkpoints(
         spec, technique, model, loaded, split, result.checkpoints, snapshots, cell_dir, shared, reference,
-        clock, env,
+        clock, env, (contexts, demonstrations),
     )  # fmt: skip
     shutil.rmtree(snapshots, ignore_errors=True)
     final = audited[-1]
@@ -229,18 +230,30 @@ def execute(
 def audit_checkpoints(
     spec: CellSpec, technique: Any, model: Any, loaded: Any, split: Any, checkpoints: list[tuple[int, int]],
     snapshots: Path, cell_dir: Path, shared: Path, reference: Any, clock: _Clock, env: CellEnvironment,
+    in_context: tuple[dict[str, str] | None, dict[str, Any] | None] = (None, None),
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Score and attack each (epoch, step) snapshot of the training run; returns the ``checkpoints``
     records of ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the
-    earliest of ties) gets the costly attacks too."""
+    earliest of ties) gets the costly attacks too. ``in_context``: in-context learning's contexts by
+    sample id and the record of its prompts (written in place of ``adapter/``)."""
+    from .adaptations.icl import write_demonstrations
     from .attacks import build_attack
     from .evaluate import Scorer, evaluate, identity_of
     from .snapshots import load_snapshot
     from .training import validation_loss
+    from .views._base import Recipe
 
     max_length = spec.train.max_length
+    recipe = Recipe(spec.model, spec.adaptation, spec.adaptation_params, spec.train.lr, spec.train.batch_size)
+    contexts, demonstrations = in_context
 
     def utility() -> float:
+        if contexts:  # per token, as validation_loss
+            scorer = Scorer(model, loaded.tokenizer, loaded.seq2seq, None, contexts)
+            stats = scorer.score(split.validation, max_length, spec.score.batch_size, moments=False)
+            return -float(sum(s.logp.sum(dtype="float64") for s in stats)) / max(
+                1, sum(len(s.logp) for s in stats)
+            )
         return validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
 
     utilities = {}
@@ -255,15 +268,17 @@ def audit_checkpoints(
         load_snapshot(model, snapshots, epoch)
         folder = cell_dir if epoch == last else cell_dir / checkpoint_path(epoch)
         adaptation_hash = "none"
-        if spec.adaptation != "none":
+        if demonstrations is not None:
+            adaptation_hash = write_demonstrations(demonstrations, folder)
+        elif technique.trains:
             clock("save", lambda folder=folder: technique.save(model, folder / "adapter"))
             adaptation_hash = directory_hash(folder / "adapter")
         identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
-        target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity)
-        attacks = [a for a in spec.attacks if epoch in (last, best) or build_attack(a.name, a.params).cheap]
+        target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, contexts)
+        attacks = [a for a in spec.attacks if build_attack(a.name, a.params).runs_at(epoch, last, best)]
         found = evaluate(
             target, parts, attacks, folder, shared, reference, max_length, spec.score.batch_size,
-            spec.score.bootstrap, spec.seed, clock, env.map_jobs, views_dir=cell_dir,
+            spec.score.bootstrap, spec.seed, clock, env.map_jobs, views_dir=cell_dir, recipe=recipe,
         )  # fmt: skip
         audited.append(
             {
@@ -294,18 +309,21 @@ def checkpoint_path(epoch: int) -> str:
     return f"checkpoints/epoch-{epoch}"
 
 
-def check_context(max_length: int, virtual: int, loaded: Any, name: str) -> None:
-    """``train.max_length`` plus ``virtual`` tokens (prompt learning) must fit the model's positions."""
+def check_context(max_length: int, virtual: int, loaded: Any, name: str, demonstrations: int = 0) -> None:
+    """``train.max_length`` plus ``virtual`` tokens (prompt learning) or the longest prompt of
+    ``demonstrations`` tokens (in-context learning) must fit the model's positions."""
     model_config = loaded.model.config
     positions = getattr(model_config, "max_position_embeddings", None) or getattr(
         model_config, "n_positions", None
     )
     if positions is None or loaded.seq2seq:  # T5: relative positions, no hard limit
         return
-    if max_length + virtual > positions:
+    if max_length + virtual + demonstrations > positions:
         extra = f" + {virtual} virtual tokens" if virtual else ""
+        extra += f" + {demonstrations} tokens of demonstrations (adaptation icl)" if demonstrations else ""
+        hint = ": lower icl's demonstrations" if demonstrations else ""
         raise PrivauditorError(
-            f"train.max_length {max_length}{extra} exceeds {name}'s context of {positions} positions"
+            f"train.max_length {max_length}{extra} exceeds {name}'s context of {positions} positions{hint}"
         )
 
 
@@ -317,14 +335,14 @@ def train_elsewhere(spec: CellSpec, workdir: Path, distributed: Any) -> Any:
     return trained_result(workdir)
 
 
-def reference_for(spec: CellSpec, loaded: Any, base_identity: Any) -> Any:
+def reference_for(spec: CellSpec, loaded: Any, base_identity: Any, trains: bool = True) -> Any:
     """The reference model: the un-adapted base unless the spec names one. The base is reloaded (the
     adaptation changed the loaded copy) only if a view that reads it is not stored yet."""
     from .evaluate import Reference, Scorer, identity_of
     from .models import load_model
 
     if spec.reference is None:
-        if spec.adaptation == "none":  # the target is the base itself
+        if not trains:  # the target's weights are the base's own (none, in-context learning)
             return Reference(
                 base_identity, lambda: Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, base_identity)
             )

@@ -171,3 +171,38 @@ def mean_nll(
     """Mean per-token NLL of every example's target (no vocabulary moments): float64 array."""
     scored = score_examples(model, tokenizer, examples, max_length, seq2seq, batch_size, moments=False)
     return np.array([s.nll for s in scored], dtype=np.float64)
+
+
+def score_in_context(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    prefixes: Sequence[str],
+    max_length: int,
+    seq2seq: bool,
+    batch_size: int = 16,
+    moments: bool = True,
+) -> list[TokenStats]:
+    """:func:`score_examples` with ``prefixes[i]`` in front of example i's prompt (other records: ReCaLL's
+    shots, in-context demonstrations). The scored positions are exactly the example's own without the
+    prefix: its target tokens, truncated at ``max_length`` as they would be without it, so a text's
+    likelihood with and without context compares the same tokens. A causal model reads ``<bos> prefix
+    prompt target``; T5 reads ``prefix prompt`` on the encoder side."""
+    from .errors import PrivauditorError
+
+    plain = [
+        item["labels"] if seq2seq else [t for t in item["labels"] if t != -100]
+        for item in encode(tokenizer, examples, max_length, seq2seq)
+    ]
+    extra = max(
+        (len(ids) for ids in tokenizer(list(prefixes), add_special_tokens=False)["input_ids"]), default=0
+    )
+    shifted = [Example(e.sample_id, p + e.prompt, e.target) for e, p in zip(examples, prefixes, strict=True)]
+    stats = score_examples(model, tokenizer, shifted, max_length + extra + 8, seq2seq, batch_size, moments)
+    out = []
+    for stat, ids in zip(stats, plain, strict=True):
+        if not np.array_equal(stat.token_ids[: len(ids)], ids):
+            raise PrivauditorError("a prefix in front of the prompt changed how a target tokenizes")
+        cut = [None if a is None else a[: len(ids)] for a in (stat.logp, stat.mu, stat.sigma)]
+        out.append(TokenStats(stat.token_ids[: len(ids)], *cut))
+    return out

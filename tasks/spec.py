@@ -128,7 +128,7 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
     technique = build_adaptation(config.adaptation, config.adaptation_params.get(config.adaptation))
     spec = resolve_model(config.model)
     train = config.train
-    trains = config.adaptation != "none"
+    trains = technique.trains
     deepspeed = train.deepspeed
     if deepspeed is None and trains:
         stage = spec.resources.zero_stage or (2 if train.workers > 1 else None)

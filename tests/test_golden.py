@@ -10,8 +10,9 @@ import pytest
 
 from privauditor.tasks.attacks import ATTACKS, build_attack
 from privauditor.tasks.signals import Signals
+from privauditor.tasks.views.self_prompted import SelfPromptedNLL
 
-LN2, LN4 = math.log(2), math.log(4)
+LN2, LN4, LN8 = math.log(2), math.log(4), math.log(8)
 
 
 def signals(logp, mu=None, sigma=None, token_ids=None, zlib_bytes=None):
@@ -101,6 +102,22 @@ GOLDEN = {
                 "population_reference": nll_only(0.0, LN2),
             },
             [0.5],
+        )
+    ],
+    # p = exp(-NLL). Target: p 1/2, neighbours p (1/4, 1/8) -> mean 3/16 (not exp of the mean NLL, 0.177):
+    # 1/2 - 3/16 = 5/16. Reference: p 1/4, neighbours (1/4, 1/8) -> 1/4 - 3/16 = 1/16. 5/16 - 1/16 = 1/4.
+    # Text 2: target p 1, neighbours (1, 1) -> 0; reference p 1/2, neighbours (1/4, 1/4) -> 1/4: -1/4
+    "spv_mia": [
+        (
+            {},
+            {
+                "signals": nll_only(LN2, 0.0),
+                "neighbours": [np.array([LN4, LN8]), np.array([0.0, 0.0])],
+                "reference": SelfPromptedNLL(
+                    np.array([LN4, LN2]), [np.array([LN4, LN8]), np.array([LN4, LN4])]
+                ),
+            },
+            [0.25, -0.25],
         )
     ],
 }

@@ -17,7 +17,7 @@ from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 
-RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia"]
+RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia"]
 PARTS = "split={members: 16, nonmembers: 16, validation: 8, population: 24, known_members: 12}"
 
 
@@ -49,8 +49,9 @@ def test_recent_attacks_find_the_canary_and_nothing_on_the_base(canary_and_base,
     assert all(math.isfinite(r["score"]) for r in rows)
 
 
-@pytest.mark.xfail(strict=True, reason="the tiny bases do not use their context (measured: AUC 0.51 on the "
-                   "canary, seed 0), so a member prefix cannot contrast with a non-member one")  # fmt: skip
+@pytest.mark.xfail(strict=True, reason="tiny-gpt2 does not use its context (measured: AUC 0.51 on this canary, "
+                   "seed 0); on tiny-llama, which copies, Con-ReCaLL's ratio divides by members' near-zero "
+                   "log-likelihood and the canary gives AUC 0.50")  # fmt: skip
 def test_con_recall_finds_the_canary(canary_and_base):
     canary, base = canary_and_base
     assert canary.metrics["con_recall"]["auc_ci"][0] > 0.5

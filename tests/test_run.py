@@ -85,22 +85,24 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     assert code == 0 and "0 to run" in printed and fingerprint(out) == before
 
     bigger = json.loads(json.dumps(SWEEP))
-    bigger["matrix"]["adaptation"].append("prompt")
+    bigger["matrix"]["adaptation"] += ["prompt", "icl"]
     code, printed = run(tmp_path, bigger, out, capsys)
-    assert code == 0 and "2 already done, 1 to run" in printed
-    assert len(list((out / "cells").glob("*/DONE"))) == 3
-    assert {k: v for k, v in fingerprint(out).items() if k in before} == before
-    assert len(list((out / "shared" / "views" / "signals").glob("*.parquet"))) == 1  # reused by the new cell
-
-    changed = json.loads(json.dumps(SWEEP))
-    changed["train"]["epochs"] = 2  # `none` trains nothing: its cell (one checkpoint, epoch 0) stays
-    code, printed = run(tmp_path, changed, out, capsys)
-    assert code == 0 and "1 already done, 1 to run" in printed
+    assert code == 0 and "2 already done, 2 to run" in printed
     assert len(list((out / "cells").glob("*/DONE"))) == 4
+    assert {k: v for k, v in fingerprint(out).items() if k in before} == before
+    assert len(list((out / "shared" / "views" / "signals").glob("*.parquet"))) == 1  # reused by the new cells
+    (icl,) = (out / "cells").glob("*__icl__*")  # in context: the prompts' ids in its folder, no adapter
+    assert (icl / "demonstrations.json").is_file() and not (icl / "adapter").exists()
+
+    changed = json.loads(json.dumps(bigger))
+    changed["train"]["epochs"] = 2  # `none`, `icl` train nothing: their cells (one checkpoint, epoch 0) stay
+    code, printed = run(tmp_path, changed, out, capsys)
+    assert code == 0 and "2 already done, 2 to run" in printed
+    assert len(list((out / "cells").glob("*/DONE"))) == 6
 
     (out / "leaderboard.parquet").unlink()
     assert main(["report", str(out)]) == 0
-    assert pq.read_table(out / "leaderboard.parquet").num_rows == 4 * 4
+    assert pq.read_table(out / "leaderboard.parquet").num_rows == 6 * 4
     assert (out / "findings.md").read_text().startswith("# Findings")
 
 

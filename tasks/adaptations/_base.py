@@ -34,6 +34,10 @@ class Adaptation:
     families: ClassVar[tuple[str, ...] | None] = None
     #: Prompt-learning methods add virtual tokens; they are never merged into weights.
     prompt_learning: ClassVar[bool] = False
+    #: False where nothing is trained (the base itself, in-context learning): one checkpoint, epoch 0.
+    trains: ClassVar[bool] = True
+    #: The model reads member records in its context instead (see ``icl``).
+    in_context: ClassVar[bool] = False
 
     def default_lr_for(self, family: str) -> float:
         """The default learning rate on ``family`` (the class default unless a technique says otherwise)."""

@@ -22,6 +22,7 @@ class NoAdaptation(Adaptation):
     name = "none"
     default_lr = 0.0
     default_epochs = 0
+    trains = False
 
     def apply(self, model: Any, family: Any) -> Any:
         freeze(model)

@@ -37,6 +37,9 @@ class Attack:
     version: ClassVar[int] = 1
     #: What the attacker must have (see :data:`ACCESS`).
     access: ClassVar[str] = "black-box"
+    #: The checkpoints of a training trajectory it runs at (:meth:`runs_at`): ``"any"``, or ``"last"`` for
+    #: an attack too costly for more than one (one that adapts a model of its own, as SPV-MIA does).
+    checkpoints: ClassVar[str] = "any"
 
     def __post_init__(self) -> None:
         self.views()  # an attack's hyper-parameters are valid when the views they ask for are
@@ -66,6 +69,14 @@ class Attack:
             view.name == "signals" or "target" not in view.models() or view.cost() == Cost()
             for view in self.views().values()
         )
+
+    def runs_at(self, epoch: int, last: int, best: int) -> bool:
+        """Whether the attack runs at checkpoint ``epoch`` of a trajectory whose last and best (lowest
+        validation NLL) checkpoints are ``last`` and ``best``: a cheap one at every checkpoint, another at
+        the last and the best, one whose ``checkpoints`` is ``"last"`` at the last alone."""
+        if self.checkpoints == "last":
+            return epoch == last
+        return epoch in (last, best) or self.cheap
 
     def cost(self) -> Cost:
         """Passes per scored text, summed over the views it reads (views attacks share are paid once)."""

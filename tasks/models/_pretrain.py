@@ -4,6 +4,8 @@ Each step draws ``batch_size`` random windows of ``seq_len`` tokens from the cor
 stream (paragraphs joined as ``<s> text </s>``). Causal models learn next-token prediction; T5 models get
 the first quarter of a window as encoder input and predict the rest (a prefix-LM objective, the same
 shape as privauditor's prompt → target use of T5); masked LMs learn BERT-style masking (40 % of positions).
+Where the profile has a copy curriculum (:class:`~privauditor.tasks.models._spec.Induction`), causal and
+T5 bases first learn to copy from context on repeated random-token windows (:func:`learn_to_copy`).
 
 Evaluation is on held-out documents: the mean NLL (nats) of exactly the tokens the objective predicts,
 beside the unigram baseline — the cross-entropy of those same tokens under training-token frequencies
@@ -15,11 +17,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 
-from ._spec import PretrainProfile
+from ._spec import Induction, PretrainProfile
 from ._tiny import MASK_RATE
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,40 @@ def with_repeats(windows: torch.Tensor, objective: str, share: float, gen: torch
     return out
 
 
+def induction_windows(
+    induction: Induction, first_id: int, vocab_size: int, gen: torch.Generator
+) -> torch.Tensor:
+    """One batch of the copy curriculum: per row a sequence of random tokens (ids from ``first_id``, past
+    the special tokens), 8 to half a window long, repeated through the window."""
+    width, rows = induction.window, []
+    for _ in range(induction.batch_size):
+        length = int(torch.randint(8, width // 2 + 1, (1,), generator=gen))
+        sequence = torch.randint(first_id, vocab_size, (length,), generator=gen)
+        rows.append(sequence.repeat(width // length + 1)[:width])
+    return torch.stack(rows)
+
+
+def learn_to_copy(model, objective: str, induction: Induction, first_id: int, seed: int) -> list[float]:
+    """The copy curriculum (:class:`Induction`): causal models predict each window, T5 its second half
+    from its first. Returns the loss curve."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=induction.lr, weight_decay=0.0)
+    vocab_size, half, curve = model.config.vocab_size, induction.window // 2, []
+    model.train()
+    for _ in range(induction.steps):
+        windows = induction_windows(induction, first_id, vocab_size, gen)
+        if objective == "seq2seq":
+            batch = {"input_ids": windows[:, :half].contiguous(), "labels": windows[:, half:].contiguous()}
+        else:
+            batch = {"input_ids": windows, "labels": windows}
+        loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        curve.append(round(loss.item(), 4))
+    return curve
+
+
 def _batch(objective: str, windows: torch.Tensor, tokenizer, vocab_size: int, gen: torch.Generator) -> dict:
     """Model inputs for one batch of windows, labels marking exactly the predicted tokens."""
     if objective == "causal":
@@ -104,6 +140,13 @@ def pretrain(
     vocab_size = model.config.vocab_size
     train = token_stream(train_texts, tokenizer)
     held_out = token_stream(held_out_texts, tokenizer)
+    induction, copy_curve, copy_seconds = profile.induction if objective != "mlm" else None, [], 0.0
+    if induction is not None:
+        started = time.perf_counter()
+        first_id = max(tokenizer.all_special_ids) + 1  # the special tokens come first in the vocabulary
+        copy_curve = learn_to_copy(model, objective, induction, first_id, profile.seed)
+        copy_seconds = time.perf_counter() - started
+        profile = replace(profile, lr=induction.then_lr, repeats=induction.repeats)
     gen = torch.Generator().manual_seed(profile.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=profile.lr, betas=(0.9, 0.98), weight_decay=0.01)
 
@@ -137,6 +180,10 @@ def pretrain(
         train_seconds=round(seconds, 1), steps=profile.steps, loss_curve=curve[:: max(1, len(curve) // 50)]
     )
     result.update(profile=asdict(profile), train_tokens=len(train))
+    if induction is not None:
+        result.update(
+            copy_seconds=round(copy_seconds, 1), copy_curve=copy_curve[:: max(1, len(copy_curve) // 50)]
+        )
     log.info(
         "%s: held-out loss %.3f vs unigram %.3f (%.0f s)",
         label,

@@ -100,7 +100,11 @@ def tiny_base_dir(
     ``build`` False, None when it is not built)."""
     family = FAMILIES.get(family_name)
     profile = profile or active_profile()
-    profile = replace(profile, lr=profile.lr * family.pretrain_lr_scale)
+    scale = family.pretrain_lr_scale
+    induction = profile.induction if family.copy_curriculum else None
+    if induction is not None:
+        induction = replace(induction, then_lr=induction.then_lr * scale)
+    profile = replace(profile, lr=profile.lr * scale, induction=induction)
     found = _tokenizer(build)
     if found is None:
         return None
@@ -119,7 +123,7 @@ def masked_lm_dir(profile: PretrainProfile | None = None, build: bool = True) ->
     # Post-LN BERT stalls at the causal bases' 1e-2 (measured: 6.87 vs unigram 6.88 at 5e-3, 6.45 at
     # 2e-3), and a masked LM learns from a fraction of the positions only: a fifth of the rate, twice
     # the steps.
-    profile = replace(profile, lr=profile.lr * 0.2, steps=profile.steps * 2)
+    profile = replace(profile, lr=profile.lr * 0.2, steps=profile.steps * 2, induction=None)
     found = _tokenizer(build)
     if found is None:
         return None

@@ -24,6 +24,9 @@ class BloomFamily(Family):
         blocks="transformer.h",
     )
 
+    # ALiBi positions: the copy curriculum forms induction heads that the corpus stage keeps (README)
+    copy_curriculum = True
+
     def tiny_config(
         self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]
     ) -> BloomConfig:

@@ -23,6 +23,8 @@ class LlamaFamily(Family):
         mlp_out=("down_proj",),
         blocks="model.layers",
     )
+    # rotary positions: the copy curriculum forms induction heads that the corpus stage keeps (README)
+    copy_curriculum = True
 
     def tiny_config(
         self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]

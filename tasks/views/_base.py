@@ -6,8 +6,10 @@ so the base's signals are one table whether a cell scores the base or uses it as
 of the texts of every split part it reads, ``max_length`` and the seed. A view that reads only un-adapted
 models (or none) goes to ``OUT/shared/views/``, where every cell of the same split finds it (the base's
 signals, which every adaptation's reference attack reads, are computed once); one that reads the adapted
-model goes to the cell's own ``views/``. Files are written atomically under a lock, so concurrent cells
-compute each shared view once. Nothing here imports torch: attack workers read views with it.
+model goes to the cell's own ``views/``. A view that adapts a model of its own the way the target was
+adapted (SPV-MIA's self-prompt reference) also keys on that :class:`Recipe`, which a cell passes to
+``evaluate``. Files are written atomically under a lock, so concurrent cells compute each shared view
+once. Nothing here imports torch: attack workers read views with it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class View:
     name: ClassVar[str]
     #: Bump whenever a change to the view alters its numbers (it is part of every cell id that reads it).
     version: ClassVar[int] = 1
+    #: Computes a target that reads each text in a context of its own (in-context learning) as it is.
+    in_context: ClassVar[bool] = True
+    #: Adapts a model of its own from the target's base the way the target was (``ViewContext.recipe``).
+    adapts: ClassVar[bool] = False
 
     def models(self) -> tuple[str, ...]:
         """The models whose outputs the view holds: ``target`` (the model under attack), ``reference``."""
@@ -110,6 +116,18 @@ class ModelIdentity:
     dtype: str
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How the target was adapted from its base: what a view that adapts a model of its own the same way
+    needs (the rest, ``max_length`` and the seed, is the context's; the epochs are the view's)."""
+
+    model: str  # the base's name, as ``load_model`` takes it
+    adaptation: str  # the technique's name
+    adaptation_params: dict[str, Any]  # every hyper-parameter of the technique
+    lr: float
+    batch_size: int
+
+
 #: member flag of each part's rows
 PART_MEMBERS = {"members": True, "nonmembers": False, "population": False, "known_members": True}
 
@@ -129,8 +147,11 @@ class ViewContext:
         shared: Path,
         own: Path,
         clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work(),
+        recipe: Recipe | None = None,
     ) -> None:
         self._loaders, self._scorers = scorers, {}
+        #: how the target was adapted (None where it is not known: an audit of someone else's model)
+        self.recipe = recipe
         self.identities = identities
         self.parts = {"scored": [*parts["members"], *parts["nonmembers"]]} | {
             k: list(v) for k, v in parts.items() if k in PART_MEMBERS
@@ -156,8 +177,10 @@ class ViewContext:
         return self._scorers[role]
 
     def available(self, view: View) -> bool:
-        """Every model the view reads is there (an audit of a full checkpoint has no reference)."""
-        return all(role in self.identities for role in view.models())
+        """Every model the view reads is there (an audit of a full checkpoint has no reference), and the
+        target's recipe where the view adapts a model the same way."""
+        models = all(role in self.identities for role in view.models())
+        return models and (not view.adapts or self.recipe is not None)
 
     def key(self, view: View) -> dict[str, Any]:
         from ..datasets import content_hash
@@ -171,7 +194,7 @@ class ViewContext:
             "texts": {part: content_hash(self.parts[part]) for part in view.parts()},
             "max_length": self.max_length,
             "seed": self.seed,
-        }
+        } | ({"recipe": dataclasses.asdict(self.recipe)} if view.adapts and self.recipe is not None else {})
 
     def path(self, view: View) -> Path:
         shared = all(self.identities[r].adaptation == "none" for r in view.models())

@@ -57,8 +57,6 @@ class ConditionedView(View):
         import pyarrow as pa
 
         from ..audit import virtual_tokens
-        from ..datasets import Example
-        from ..scoring import score_examples
 
         plain = context.get(build_view("signals"))  # the scored positions to keep
         target = context.scorer("target")
@@ -68,9 +66,8 @@ class ConditionedView(View):
         examples = context.examples()
         prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
         longest = max(2 + len(p) + len(ids) for p, ids in zip(prompts, plain.token_ids, strict=True))
-        room = (
-            _context(model, target.seq2seq) - virtual_tokens(model) - longest
-        )  # <bos>/<eos>, prompt, target
+        # <bos>/<eos>, in-context demonstrations, prompt, target
+        room = _context(model, target.seq2seq) - virtual_tokens(model) - target.context_tokens - longest
         kept = len(records)
         while kept and sum(lengths[len(records) - kept :]) > room:
             kept -= 1  # drop shots from the front of the prefix
@@ -80,17 +77,14 @@ class ConditionedView(View):
                 f"model's context; lower train.max_length"
             )
         prefix = "".join(records[len(records) - kept :])
-        shifted = [Example(e.sample_id, prefix + e.prompt, e.target) for e in examples]
-        extra = sum(lengths[len(records) - kept :]) + 8  # room for the prefix; the cut below is exact
-        length = context.max_length + extra
-        stats = score_examples(
-            model, tokenizer, shifted, length, target.seq2seq, context.batch_size, moments=False
+        stats = target.score(
+            examples, context.max_length, context.batch_size, False, [prefix] * len(examples)
         )
         nll = []
         for stat, ids in zip(stats, plain.token_ids, strict=True):
-            if not np.array_equal(stat.token_ids[: len(ids)], ids):
+            if not np.array_equal(stat.token_ids, ids):
                 raise PrivauditorError("view 'conditioned': the prefix changed how a target tokenizes")
-            nll.append(-float(np.mean(stat.logp[: len(ids)], dtype=np.float64)))
+            nll.append(-float(np.mean(stat.logp, dtype=np.float64)))
         table = pa.table(
             {
                 "sample_id": pa.array([e.sample_id for e in examples], pa.string()),

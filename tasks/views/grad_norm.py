@@ -23,6 +23,7 @@ class GradNormView(View):
     norm: float = 2.0  # the p of the p-norm over the flattened gradient
 
     name = "grad_norm"
+    in_context = False  # the gradient pass reads no context
     version = 1
 
     def __post_init__(self) -> None:

@@ -28,12 +28,11 @@ class LowercaseView(View):
         import pyarrow as pa
 
         from ..datasets import Example
-        from ..scoring import mean_nll
 
         target = context.scorer("target")
         examples = context.examples()
         lowered = [Example(e.sample_id, e.prompt, e.target.lower()) for e in examples]
-        nll = mean_nll(target.model, target.tokenizer, lowered, context.max_length, target.seq2seq)
+        nll = target.mean_nll(lowered, context.max_length)
         return pa.table(
             {
                 "sample_id": pa.array([e.sample_id for e in examples], pa.string()),

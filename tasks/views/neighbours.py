@@ -47,23 +47,9 @@ class NeighboursView(View):
     def compute(self, context):
         import pyarrow as pa
 
-        from ..datasets import Example
-        from ..neighbours import cached_neighbours
-        from ..scoring import mean_nll
-
-        signals = context.get(build_view("signals"))
         target = context.scorer("target")
-        scored = target.tokenizer.batch_decode([t.tolist() for t in signals.token_ids])
-        found = cached_neighbours(
-            context.shared / "neighbours", signals.sample_id, scored, self.k, self.mask_fraction, context.seed
-        )
-        examples = context.examples()
-        variants = [
-            Example(f"{e.sample_id}#{j}", e.prompt, text)
-            for e in examples
-            for j, text in enumerate(found[e.sample_id])
-        ]
-        nll = mean_nll(target.model, target.tokenizer, variants, context.max_length, target.seq2seq)
+        examples, variants = neighbour_examples(context, self.k, self.mask_fraction)
+        nll = target.mean_nll(variants, context.max_length)
         rows = [nll[i * self.k : (i + 1) * self.k].tolist() for i in range(len(examples))]
         return pa.table(
             {
@@ -76,3 +62,23 @@ class NeighboursView(View):
         import numpy as np
 
         return [np.asarray(row, dtype=np.float64) for row in table.column("neighbour_nll").to_pylist()]
+
+
+def neighbour_examples(context, k: int, mask_fraction: float):
+    """The scored examples and their ``k`` neighbours each (``<sample id>#<j>``, after the record's prompt,
+    in the scored order): made once per split and cached under ``shared/neighbours/``."""
+    from ..datasets import Example
+    from ..neighbours import cached_neighbours
+
+    signals = context.get(build_view("signals"))
+    scored = context.scorer("target").tokenizer.batch_decode([t.tolist() for t in signals.token_ids])
+    found = cached_neighbours(
+        context.shared / "neighbours", signals.sample_id, scored, k, mask_fraction, context.seed
+    )
+    examples = context.examples()
+    variants = [
+        Example(f"{e.sample_id}#{j}", e.prompt, text)
+        for e in examples
+        for j, text in enumerate(found[e.sample_id])
+    ]
+    return examples, variants
