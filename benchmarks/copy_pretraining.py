@@ -26,7 +26,7 @@ import torch
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import _pretrain
 from privauditor.tasks.models._spec import FAMILIES, PROFILES, Induction, TinyArchitecture
-from privauditor.tasks.models._tiny import _special_ids, _tokenizer
+from privauditor.tasks.models._tiny import _special_ids, _tokenizer, family_profile
 
 
 def main() -> None:
@@ -53,11 +53,7 @@ def main() -> None:
         profile = replace(profile, induction=None, repeats=args.repeats or 0.0, lr=args.then_lr or profile.lr)
     else:
         profile = replace(profile, induction=induction)
-    scale = family.pretrain_lr_scale
-    profile = replace(
-        profile, lr=profile.lr * scale,
-        induction=profile.induction and replace(profile.induction, then_lr=profile.induction.then_lr * scale),
-    )  # fmt: skip
+    profile = family_profile(profile, family)  # the curriculum whatever the family's copy_curriculum
     config = family.tiny_config(TinyArchitecture(), len(tokenizer), _special_ids(tokenizer))
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
@@ -70,8 +66,7 @@ def main() -> None:
         import copy
 
         probe = copy.deepcopy(model)
-        first_id = max(tokenizer.all_special_ids) + 1
-        _pretrain.learn_to_copy(probe, objective, profile.induction, first_id, profile.seed)
+        _pretrain.learn_to_copy(probe, tokenizer, objective, profile.induction, profile.seed)
         after_curriculum = round(
             _pretrain.copy_gain(probe.eval(), tokenizer, records, objective, length=24), 3
         )

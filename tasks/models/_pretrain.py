@@ -91,9 +91,10 @@ def induction_windows(
     return torch.stack(rows)
 
 
-def learn_to_copy(model, objective: str, induction: Induction, first_id: int, seed: int) -> list[float]:
+def learn_to_copy(model, tokenizer, objective: str, induction: Induction, seed: int) -> list[float]:
     """The copy curriculum (:class:`Induction`): causal models predict each window, T5 its second half
     from its first. Returns the loss curve."""
+    first_id = max(tokenizer.all_special_ids) + 1  # the special tokens come first in the vocabulary
     gen = torch.Generator().manual_seed(seed + 1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=induction.lr, weight_decay=0.0)
     vocab_size, half, curve = model.config.vocab_size, induction.window // 2, []
@@ -143,8 +144,7 @@ def pretrain(
     induction, copy_curve, copy_seconds = profile.induction if objective != "mlm" else None, [], 0.0
     if induction is not None:
         started = time.perf_counter()
-        first_id = max(tokenizer.all_special_ids) + 1  # the special tokens come first in the vocabulary
-        copy_curve = learn_to_copy(model, objective, induction, first_id, profile.seed)
+        copy_curve = learn_to_copy(model, tokenizer, objective, induction, profile.seed)
         copy_seconds = time.perf_counter() - started
         profile = replace(profile, lr=induction.then_lr, repeats=induction.repeats)
     gen = torch.Generator().manual_seed(profile.seed)

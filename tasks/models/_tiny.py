@@ -90,6 +90,15 @@ def _cached_model(label, config, objective, profile, corpus, tok_dir, build=True
     return cached_dir("bases", f"{label}-{profile.name}", key, build_and_save if build else None)
 
 
+def family_profile(profile: PretrainProfile, family) -> PretrainProfile:
+    """``profile`` at ``family``'s learning-rate scale (the corpus stage's rate, with or without the copy
+    curriculum before it)."""
+    scale, induction = family.pretrain_lr_scale, profile.induction
+    if induction is not None:
+        induction = replace(induction, then_lr=induction.then_lr * scale)
+    return replace(profile, lr=profile.lr * scale, induction=induction)
+
+
 def tiny_base_dir(
     family_name: str,
     profile: PretrainProfile | None = None,
@@ -100,11 +109,9 @@ def tiny_base_dir(
     ``build`` False, None when it is not built)."""
     family = FAMILIES.get(family_name)
     profile = profile or active_profile()
-    scale = family.pretrain_lr_scale
-    induction = profile.induction if family.copy_curriculum else None
-    if induction is not None:
-        induction = replace(induction, then_lr=induction.then_lr * scale)
-    profile = replace(profile, lr=profile.lr * scale, induction=induction)
+    profile = family_profile(
+        replace(profile, induction=profile.induction if family.copy_curriculum else None), family
+    )
     found = _tokenizer(build)
     if found is None:
         return None
