@@ -38,7 +38,7 @@ def attack_job(
         table = read_table(view_files[role])
         inputs[role] = view.read(aligned(table, sample_ids) if view.parts() == ("scored",) else table)
     scores = np.asarray(attack.score(inputs), dtype=np.float64)
-    return scores, attack_metrics(member, scores, bootstrap, seed)
+    return scores, attack_metrics(member, scores, bootstrap, seed) | attack.fitted()
 
 
 def in_process(job: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:

@@ -140,11 +140,11 @@ class CellConfig:
         build_adaptation(self.adaptation, self.adaptation_params.get(self.adaptation))
         for name, attack in self.built_attacks().items():
             for role, view in attack.views().items():
-                for part in view.parts():
-                    if part != "scored" and getattr(self.split, part) < 1:
+                for part, least in view.needs().items():
+                    if getattr(self.split, part) < least:
                         raise PrivauditorError(
-                            f"attack '{name}' needs split.{part} > 0 (its {role} view '{view.name}' reads that "
-                            f"part): set split.{part}"
+                            f"attack '{name}' needs split.{part} > {least - 1} (its {role} view '{view.name}' "
+                            f"reads that part): set split.{part}"
                         )
 
     def resolve(self, build: bool = True) -> CellSpec:

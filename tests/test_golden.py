@@ -10,6 +10,7 @@ import pytest
 
 from privauditor.tasks.attacks import ATTACKS, build_attack
 from privauditor.tasks.signals import Signals
+from privauditor.tasks.views.conditioned import HeldOut
 from privauditor.tasks.views.self_prompted import SelfPromptedNLL
 
 LN2, LN4, LN8 = math.log(2), math.log(4), math.log(8)
@@ -55,19 +56,27 @@ GOLDEN = {
     "lowercase": [({}, {"signals": signals([[-1, -3]]), "lowercase": np.array([4.0])}, [-0.5])],
     # LL(x|P) / LL(x) = (-3) / (-2)
     "recall": [({}, {"signals": signals([[-1, -3]]), "non_members": np.array([3.0])}, [1.5])],
-    # [LL(x|P_non) - g LL(x|P_mem)] / LL(x) = (-3 + g 1) / (-2): g 1 -> 1.0, g 0.5 -> 1.25
+    # [LL(x|P_non) - g LL(x|P_mem)] / LL(x) = (-3 + g 1) / (-2): g 1 -> 1.0, g 0.5 -> 1.25.
+    # g chosen on held-out texts (by default): a member with NLL 1, conditioned 2 (non-member prefix) and
+    # 1.9 (member prefix) scores 2 - 1.9 g; a non-member with 1, 1.5, 0.5 scores 1.5 - 0.5 g. The member is
+    # ahead (AUC 1) iff 0.5 > 1.4 g, g < 0.357: of the grid 0.1, 0.2, 0.3 tie, the larger is taken, 0.3;
+    # the scored text: (3 - 0.3 1) / 2 = 1.35. Held-out texts on which every g ranks alike: g = 1, 1.0
     "con_recall": [
-        (
-            {},
-            {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0])},
-            [1.0],
-        ),
-        (
-            {"gamma": 0.5},
-            {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0])},
-            [1.25],
-        ),
-    ],
+        ({"gamma": 1.0}, {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]),
+                          "members": np.array([1.0])}, [1.0]),
+        ({"gamma": 0.5}, {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]),
+                          "members": np.array([1.0])}, [1.25]),
+        ({}, {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0]),
+              "held_out_non_members": HeldOut(np.array([True, False]), np.array([1.0, 1.0]),
+                                              np.array([2.0, 1.5])),
+              "held_out_members": HeldOut(np.array([True, False]), np.array([1.0, 1.0]),
+                                          np.array([1.9, 0.5]))}, [1.35]),
+        ({}, {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0]),
+              "held_out_non_members": HeldOut(np.array([True, False]), np.array([1.0, 1.0]),
+                                              np.array([2.0, 1.5])),
+              "held_out_members": HeldOut(np.array([True, False]), np.array([1.0, 1.0]),
+                                          np.array([0.5, 0.5]))}, [1.0]),
+    ],  # fmt: skip
     # tokens (5, 7, 5), p (0.5, 0.001, 0.9), f (e^-1, e^-2, e^-1); first occurrences: positions 0 and 1;
     # alpha = p log(1/f) = (0.5, 0.002); capped at a 0.01: (0.01 + 0.002) / 2; at a 1: (0.5 + 0.002) / 2
     "dc_pdd": [

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.gpu
 
 MEMBERS = NONMEMBERS = 16
 SMALL = [f"split.members={MEMBERS}", f"split.nonmembers={NONMEMBERS}", "split.validation=8",
-         "split.population=8", "split.known_members=4", "train.max_length=48", "train.batch_size=4",
+         "split.population=8", "split.known_members=8", "train.max_length=48", "train.batch_size=4",
          "train.checkpoints=[1,2]", "attack_params.neighbourhood.k=2", "attack_params.recall.shots=4",
          "attack_params.con_recall.shots=4"]  # fmt: skip
 CELLS = [("llama", t) for t in ADAPTATIONS.names()] + [

@@ -18,7 +18,7 @@ from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 
 RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia"]
-PARTS = "split={members: 16, nonmembers: 16, validation: 8, population: 24, known_members: 12}"
+PARTS = "split={members: 16, nonmembers: 16, validation: 8, population: 24, known_members: 20}"
 
 
 def cell(out, model, adaptation, *assignments, seed=0):
@@ -36,7 +36,7 @@ def canary_and_base(tmp_path_factory):
     return canary, cell(out / "base", "tiny-gpt2", "none", seed=seed)
 
 
-@pytest.mark.parametrize("name", ["loss", *(a for a in RECENT if a != "con_recall")])
+@pytest.mark.parametrize("name", ["loss", *RECENT])
 def test_recent_attacks_find_the_canary_and_nothing_on_the_base(canary_and_base, name):
     canary, base = canary_and_base
     low, high = canary.metrics[name]["auc_ci"]
@@ -49,12 +49,16 @@ def test_recent_attacks_find_the_canary_and_nothing_on_the_base(canary_and_base,
     assert all(math.isfinite(r["score"]) for r in rows)
 
 
-@pytest.mark.xfail(strict=True, reason="tiny-gpt2 does not use its context (measured: AUC 0.51 on this canary, "
-                   "seed 0); on tiny-llama, which copies, Con-ReCaLL's ratio divides by members' near-zero "
-                   "log-likelihood and the canary gives AUC 0.50")  # fmt: skip
-def test_con_recall_finds_the_canary(canary_and_base):
+def test_con_recall_keeps_the_gamma_it_chose_on_held_out_texts(canary_and_base):
+    """γ comes from the grid, chosen on the 8 known members and 12 population records past the prefixes."""
+    from privauditor.tasks.attacks.con_recall import GRID
+
     canary, base = canary_and_base
-    assert canary.metrics["con_recall"]["auc_ci"][0] > 0.5
+    assert canary.metrics["con_recall"]["gamma"] in GRID and base.metrics["con_recall"]["gamma"] in GRID
+    views = [pq.read_table(p) for p in (canary.path / "views" / "conditioned").glob("*.parquet")]
+    held = [t for t in views if "member" in t.column_names]
+    assert len(held) == 2 and all(t.num_rows == 8 + 12 for t in held)
+    assert all(sum(t.column("member").to_pylist()) == 8 for t in held)
 
 
 def test_prefix_views_keep_the_target_positions_and_record_the_shots(tmp_path):
@@ -77,5 +81,9 @@ def test_parts_the_recent_attacks_need_are_checked_up_front():
         cell_config(base, ["split.population=8", "attacks=[con_recall]"]).check()
     with pytest.raises(PrivauditorError, match="split.population > 0"):
         cell_config(base, ["attacks=[rmia]"]).check()
+    with pytest.raises(PrivauditorError, match="split.known_members > 12"):  # its held-out texts
+        cell_config(base, ["split={population: 20, known_members: 12}", "attacks=[con_recall]"]).check()
+    cell_config(base, ["split={population: 20, known_members: 12}", "attacks=[con_recall]",
+                       "attack_params.con_recall.gamma=1.0"]).check()  # fmt: skip
     with pytest.raises(PrivauditorError, match="shots must be a positive int"):
         build_attack("recall", {"shots": 0})

@@ -54,6 +54,10 @@ class Attack:
         """One float64 score per scored sample, higher = member."""
         raise NotImplementedError
 
+    def fitted(self) -> dict[str, float]:
+        """What ``score`` chose from labelled texts outside the scored ones (kept with the metrics)."""
+        return {}
+
     def hyperparameters(self) -> dict[str, Any]:
         return dataclasses.asdict(self) if dataclasses.is_dataclass(self) else {}
 

@@ -71,6 +71,10 @@ class View:
         ``signals.parquet``), ``population`` or ``known_members``."""
         return ("scored",)
 
+    def needs(self) -> dict[str, int]:
+        """The fewest records each split part it reads (but ``scored``) must hold."""
+        return {part: 1 for part in self.parts() if part != "scored"}
+
     def cost(self) -> Cost:
         """Passes per scored text."""
         raise NotImplementedError

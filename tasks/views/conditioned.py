@@ -12,18 +12,38 @@ exactly the ones the unconditioned ``signals`` view scores (its token ids, trunc
 so the two likelihoods compare the same tokens. Shots that would push a text past the model's context are
 dropped from the front of P, the rule of the ReCaLL code; the number kept is stored with the table
 (metadata key ``privauditor.shots``).
+
+``rows="held_out"`` scores, instead of the scored texts, the records of ``population`` and
+``known_members`` that no prefix holds (each part past its first ``shots``), with their membership and
+their unconditioned NLL: labelled texts outside the scored ones, on which Con-ReCaLL picks its γ. Its
+``read`` gives a :class:`HeldOut`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ..errors import PrivauditorError
 from . import VIEWS, build_view
 from ._base import Cost, View
 
 SHOTS_METADATA = b"privauditor.shots"
+PREFIX_PARTS = ("population", "known_members")
+
+
+class _Plain(NamedTuple):
+    token_ids: list
+    member: object
+    nll: object
+
+
+class HeldOut(NamedTuple):
+    """Held-out labelled texts: membership, unconditioned and conditioned mean NLL (float64 arrays)."""
+
+    member: object
+    nll: object
+    conditioned_nll: object
 
 
 @VIEWS.register("conditioned")
@@ -34,23 +54,32 @@ class ConditionedView(View):
 
     part: Literal["population", "known_members"] = "population"
     shots: int = 12  # records in the prefix (ReCaLL's code's default)
+    rows: Literal["scored", "held_out"] = "scored"  # the texts scored under the prefix
 
     name = "conditioned"
     version = 1
 
     def __post_init__(self) -> None:
-        if self.part not in ("population", "known_members"):
+        if self.part not in PREFIX_PARTS:
             raise PrivauditorError(
                 f"view 'conditioned': part must be population or known_members, not {self.part!r}"
             )
         if not isinstance(self.shots, int) or self.shots < 1:
             raise PrivauditorError(f"view 'conditioned': shots must be a positive int, not {self.shots!r}")
+        if self.rows not in ("scored", "held_out"):
+            raise PrivauditorError(f"view 'conditioned': rows must be scored or held_out, not {self.rows!r}")
 
     def parts(self) -> tuple[str, ...]:
-        return ("scored", self.part)
+        return ("scored", self.part) if self.rows == "scored" else PREFIX_PARTS
+
+    def needs(self) -> dict[str, int]:
+        if self.rows == "scored":
+            return {self.part: 1}
+        return {part: self.shots + 1 for part in PREFIX_PARTS}  # one record past the prefix at least
 
     def cost(self) -> Cost:
-        return Cost(forward=1)
+        # held out: per held-out text, its pass under the prefix and its plain one (the part's signals)
+        return Cost(forward=1 if self.rows == "scored" else 2)
 
     def compute(self, context):
         import numpy as np
@@ -58,12 +87,11 @@ class ConditionedView(View):
 
         from ..audit import virtual_tokens
 
-        plain = context.get(build_view("signals"))  # the scored positions to keep
+        examples, plain = self._texts(context)  # plain: the unconditioned signals, whose positions to keep
         target = context.scorer("target")
         tokenizer, model = target.tokenizer, target.model
         records = [f"{e.prompt}{e.target}\n" for e in context.examples(self.part)[: self.shots]]
         lengths = [len(ids) for ids in tokenizer(records, add_special_tokens=False)["input_ids"]]
-        examples = context.examples()
         prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
         longest = max(2 + len(p) + len(ids) for p, ids in zip(prompts, plain.token_ids, strict=True))
         # <bos>/<eos>, in-context demonstrations, prompt, target
@@ -85,18 +113,37 @@ class ConditionedView(View):
             if not np.array_equal(stat.token_ids, ids):
                 raise PrivauditorError("view 'conditioned': the prefix changed how a target tokenizes")
             nll.append(-float(np.mean(stat.logp, dtype=np.float64)))
-        table = pa.table(
-            {
-                "sample_id": pa.array([e.sample_id for e in examples], pa.string()),
-                "conditioned_nll": pa.array(nll, pa.float64()),
-            }
+        columns = {
+            "sample_id": pa.array([e.sample_id for e in examples], pa.string()),
+            "conditioned_nll": pa.array(nll, pa.float64()),
+        }
+        if self.rows == "held_out":
+            columns |= {"member": pa.array(plain.member, pa.bool_()), "nll": pa.array(plain.nll, pa.float64())}
+        return pa.table(columns).replace_schema_metadata({SHOTS_METADATA: str(kept).encode()})
+
+    def _texts(self, context):
+        """The texts to score and their unconditioned signals (all of each part's, or those past the
+        prefix's records)."""
+        import numpy as np
+
+        if self.rows == "scored":
+            return context.examples(), context.get(build_view("signals"))
+        held = [context.get(build_view("signals", {"part": part})) for part in PREFIX_PARTS]
+        plain = _Plain(
+            [ids for s in held for ids in s.token_ids[self.shots :]],
+            np.concatenate([s.member[self.shots :] for s in held]),
+            np.concatenate([s.nll[self.shots :] for s in held]),
         )
-        return table.replace_schema_metadata({SHOTS_METADATA: str(kept).encode()})
+        return [e for part in PREFIX_PARTS for e in context.examples(part)[self.shots :]], plain
 
     def read(self, table):
         import numpy as np
 
-        return np.asarray(table.column("conditioned_nll").to_pylist(), dtype=np.float64)
+        conditioned = np.asarray(table.column("conditioned_nll").to_pylist(), dtype=np.float64)
+        if self.rows == "scored":
+            return conditioned
+        member = np.asarray(table.column("member").to_pylist(), dtype=bool)
+        return HeldOut(member, np.asarray(table.column("nll").to_pylist(), dtype=np.float64), conditioned)
 
 
 def _context(model, seq2seq: bool) -> int:
