@@ -5,7 +5,8 @@ unless the ``run`` block sets them: :func:`trial_resources`), at most ``run.max_
 once, retried ``run.max_failures`` times (``FailureConfig``), with worker processes reused between cells
 (``reuse_actors``) so imports are paid once per worker. A cell that trains under DeepSpeed starts a Ray
 Train worker group from its trial (``distributed.py``); its attacks run on the stored views as tasks of
-an attack actor (``attack_actor.py``). Ray's own console output (trial tables, worker logs, library
+an attack actor (``attack_actor.py``); a view that adapts a model of its own (SPV-MIA's reference) runs as
+a task in a second bundle of the trial's placement group (``view_tasks.py``). Ray's own console output (trial tables, worker logs, library
 warnings) is left out unless ``verbose``: the sweep prints its own progress (``progress.py``).
 """
 
@@ -82,6 +83,7 @@ def _trial(
     from .distributed import RayTrainLauncher
     from .plots import roc_png
     from .storage import Results
+    from .view_tasks import adapts, view_task
 
     attack_actor()  # started now, so its process start-up overlaps the cell's adaptation
     cell_id = config["cell_id"]
@@ -93,10 +95,12 @@ def _trial(
     runtime = {
         "ray_node_id": ray.get_runtime_context().get_node_id(),
         "trial_id": tune.get_context().get_trial_id(),
+        "pid": os.getpid(),
     }
     env = CellEnvironment(
         distributed=launcher,
         map_jobs=ray_tasks,
+        run_view=view_task(resources[cell_id]) if adapts(specs[cell_id]) else None,
         timeout_s=sweep.run.cell_timeout_s if sweep is not None else None,
         runtime=runtime | {"attacks": "ray actor tasks"},
     )
@@ -127,6 +131,7 @@ def run_trials(
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
     from .progress import Progress, reason
+    from .view_tasks import bundles
 
     # Tune's default loggers add TensorBoardX, whose import costs the driver about 2.5 s before the first
     # trial starts; the CSV and JSON logs are kept, passed explicitly below
@@ -139,8 +144,9 @@ def run_trials(
     specs = {spec.cell_id(): spec for spec in todo}
     resources = {cell_id: trial_resources(spec, run, has_gpus) for cell_id, spec in specs.items()}
     trainable = tune.with_parameters(_trial, out=results.uri, specs=specs, resources=resources, sweep=sweep)
+    placed = {cell_id: bundles(spec, resources[cell_id]) for cell_id, spec in specs.items()}
     trainable = tune.with_resources(
-        trainable, lambda config: tune.PlacementGroupFactory([resources[config["cell_id"]]])
+        trainable, lambda config: tune.PlacementGroupFactory(*placed[config["cell_id"]])
     )
     storage = run.storage_path or (
         f"{results.uri.rstrip('/')}/ray" if results.remote else str(results.local / "ray")

@@ -114,6 +114,9 @@ class CellEnvironment:
     distributed: Callable[[dict[str, Any], int], Any] | None = None
     #: ``map_jobs(attack_job, jobs)``: how the attacks run on the stored signals (Ray tasks in a sweep)
     map_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] = in_process
+    #: ``run_view(compute_view, job)`` starts a view that adapts a model of its own (SPV-MIA's reference)
+    #: out of the cell's process and returns the wait for it (a Ray task in a sweep; None: in the cell)
+    run_view: Callable[[Callable[..., Any], Any], Callable[[], Any]] | None = None
     #: past this many seconds the cell stops with :class:`~privauditor.tasks.deadline.CellTimeout`
     timeout_s: float | None = None
     #: recorded in ``cell.json`` (e.g. the Ray node that ran the cell)
@@ -241,6 +244,7 @@ def audit_checkpoints(
     from .evaluate import Scorer, evaluate, identity_of
     from .snapshots import load_snapshot
     from .training import validation_loss
+    from .view_job import elsewhere
     from .views._base import Recipe
 
     max_length = spec.train.max_length
@@ -276,9 +280,11 @@ def audit_checkpoints(
         identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
         target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, contexts)
         attacks = [a for a in spec.attacks if build_attack(a.name, a.params).runs_at(epoch, last, best)]
+        saved = env.run_view is not None and technique.trains and demonstrations is None
         found = evaluate(
             target, parts, attacks, folder, shared, reference, max_length, spec.score.batch_size,
             spec.score.bootstrap, spec.seed, clock, env.map_jobs, views_dir=cell_dir, recipe=recipe,
+            elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved else None,
         )  # fmt: skip
         audited.append(
             {
@@ -291,6 +297,7 @@ def audit_checkpoints(
                 "attacks": [a.name for a in attacks],
                 "views": found.views,
             }
+            | ({"elsewhere": found.elsewhere} if found.elsewhere else {})
         )
     return audited
 

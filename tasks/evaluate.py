@@ -128,6 +128,7 @@ def evaluate(
     map_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] = in_process,
     views_dir: Path | None = None,
     recipe: Recipe | None = None,
+    elsewhere: Callable[[Any, ViewContext], Callable[[], Any]] | None = None,
 ) -> Evaluation:
     """Run ``attacks`` (each with ``name`` and ``params``, e.g. a cell spec's) on ``target``.
 
@@ -137,7 +138,9 @@ def evaluate(
     model is skipped with a note when there is none (a full checkpoint audited without ``--reference``).
     Views of the adapted model are kept under ``views_dir`` (default ``out_dir``): a cell keeps every
     checkpoint's there, apart by their adaptation hash. ``recipe``: how the target was adapted, for views
-    that adapt a model of their own the same way (a cell knows it; an audit of someone else's model not).
+    that adapt a model of their own the same way (a cell knows it; an audit of someone else's model not);
+    ``elsewhere`` starts such views out of this process (:class:`ViewContext`), before any other view is
+    computed here, so the two overlap.
     """
     scorers = {"target": lambda: target}
     identities = {"target": target.identity}
@@ -145,13 +148,13 @@ def evaluate(
         scorers["reference"], identities["reference"] = reference.load, reference.identity
     own = out_dir if views_dir is None else views_dir
     context = ViewContext(
-        scorers, identities, parts, max_length, batch_size, seed, shared, own, clock, recipe
+        scorers, identities, parts, max_length, batch_size, seed, shared, own, clock, recipe, elsewhere
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     signals_file = out_dir / "signals.parquet"
     shutil.copyfile(context.file(build_view("signals")), signals_file)  # the contract's copy, in the cell
     metrics: dict[str, Any] = {}
-    jobs = []
+    runnable = []
     for spec in attacks:
         attack = build_attack(spec.name, spec.params)
         views = attack.views()
@@ -165,6 +168,12 @@ def evaluate(
         if target.contexts and not all(v.in_context for v in views.values() if "target" in v.models()):
             metrics[spec.name] = {"skipped": "not defined for in-context learning"}
             continue
+        runnable.append((spec, views))
+    for _, views in runnable:
+        for view in views.values():
+            context.start(view)
+    jobs = []
+    for spec, views in runnable:
         files = {role: str(context.file(view)) for role, view in views.items()}
         jobs.append((spec.name, spec.params, str(signals_file), files, bootstrap, seed))
     results = clock("attacks", lambda: map_jobs(attack_job, jobs))
@@ -177,16 +186,17 @@ def evaluate(
     write_json(out_dir / "metrics.json", metrics)
     root = Path(shared).parent
     views = {job[0]: {role: str(Path(f).relative_to(root)) for role, f in job[3].items()} for job in jobs}
-    return Evaluation(json.loads((out_dir / "metrics.json").read_text()), views)
+    return Evaluation(json.loads((out_dir / "metrics.json").read_text()), views, context.done_elsewhere)
 
 
 @dataclass
 class Evaluation:
-    """What :func:`evaluate` found: metrics by attack, and the view files each attack read (by role,
-    relative to the results folder)."""
+    """What :func:`evaluate` found: metrics by attack, the view files each attack read (by role, relative
+    to the results folder), and what the views computed out of this process reported, by label."""
 
     metrics: dict[str, Any]
     views: dict[str, dict[str, str]]
+    elsewhere: dict[str, Any]
 
 
 def scores_table(sample_ids: list[str], member: np.ndarray, scores: dict[str, np.ndarray]) -> pa.Table:

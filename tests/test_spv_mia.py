@@ -148,3 +148,52 @@ def test_ls_attacks_lists_spv_mia_with_its_access_cost_and_checkpoint():
     spv, neighbourhood = build_attack("spv_mia"), build_attack("neighbourhood")
     assert not spv.cheap and not spv.runs_at(1, 2, 1) and spv.runs_at(2, 2, 1)  # never at an earlier best
     assert neighbourhood.runs_at(1, 2, 1) and not neighbourhood.runs_at(0, 2, 1)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_in_a_sweep_the_reference_is_a_ray_task_of_its_own_and_scores_as_in_the_cell(spv_cell, tmp_path):
+    """Under ``privauditor run`` the self-prompted view is computed by a Ray task in a second bundle of the
+    trial's placement group, not by the trial's process, from the target rebuilt from its saved adapter;
+    its scores are the in-process cell's."""
+    ray = pytest.importorskip("ray")
+    import yaml
+
+    from privauditor.orchestrator.cli import main
+
+    config, in_cell = spv_cell
+    sweep = {
+        "name": "spv", "matrix": {k: [v] for k, v in SETTINGS.items() if k != "seed"}, "seeds": [0],
+        "attacks": ["loss", "spv_mia"], "attack_params": {"spv_mia": {"k": 2, "epochs": 1}},
+        "split": {"members": 6, "nonmembers": 6, "validation": 4, "population": 6},
+        "train": {"max_length": 32, "batch_size": 4, "checkpoints": [1, 2]},
+        "score": {"bootstrap": config.score.bootstrap}, "run": {"cpus_per_trial": 1, "max_failures": 0},
+    }  # fmt: skip
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert main(["run", str(tmp_path / "sweep.yaml"), "--out", str(tmp_path / "out")]) == 0
+    finally:
+        ray.shutdown()
+    cell_dir = tmp_path / "out" / "cells" / in_cell.cell_id
+    record = json.loads((cell_dir / "cell.json").read_text())
+    last = record["checkpoints"][-1]
+    assert set(last["elsewhere"]) == {"self_prompted(k=2, epochs=1)"}
+    assert last["elsewhere"]["self_prompted(k=2, epochs=1)"]["pid"] != record["runtime"]["pid"]
+    assert "elsewhere" not in record["checkpoints"][0]  # spv_mia runs at the last checkpoint alone
+
+    def spv(folder):
+        rows = pq.read_table(folder / "scores.parquet").to_pylist()
+        return np.array([r["score"] for r in rows if r["attack"] == "spv_mia"])
+
+    assert spv(cell_dir) == pytest.approx(spv(in_cell.path), rel=1e-4, abs=1e-6)
+
+
+def test_only_a_cell_with_spv_mia_reserves_a_second_bundle_and_it_asks_for_no_more_gpus():
+    from privauditor.orchestrator.view_tasks import bundles
+
+    with_spv = cell_config(SETTINGS, SMALL).resolve(build=False)
+    without = cell_config(SETTINGS, [*SMALL, "attacks=[loss,neighbourhood]"]).resolve(build=False)
+    assert bundles(without, {"CPU": 2.0, "GPU": 1.0}) == ([{"CPU": 2.0, "GPU": 1.0}], "PACK")
+    assert bundles(with_spv, {"CPU": 2.0, "GPU": 1.0}) == ([{"CPU": 2.0, "GPU": 0.5}] * 2, "STRICT_PACK")
+    assert bundles(with_spv, {"CPU": 1.0}) == ([{"CPU": 1.0}] * 2, "STRICT_PACK")

@@ -43,7 +43,9 @@ class ConRecallAttack(Attack):
 
     def __post_init__(self) -> None:
         if self.gamma is not None and not (isinstance(self.gamma, int | float) and self.gamma >= 0):
-            raise PrivauditorError(f"attack 'con_recall': gamma must be a number >= 0 or null, not {self.gamma!r}")
+            raise PrivauditorError(
+                f"attack 'con_recall': gamma must be a number >= 0 or null, not {self.gamma!r}"
+            )
         super().__post_init__()
         self._chosen = self.gamma
 

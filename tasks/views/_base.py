@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..cache import file_lock, stable_hash
+from ..errors import PrivauditorError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -152,10 +153,15 @@ class ViewContext:
         own: Path,
         clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work(),
         recipe: Recipe | None = None,
+        elsewhere: Callable[[View, ViewContext], Callable[[], Any]] | None = None,
     ) -> None:
         self._loaders, self._scorers = scorers, {}
         #: how the target was adapted (None where it is not known: an audit of someone else's model)
         self.recipe = recipe
+        #: ``elsewhere(view, context)`` starts computing and storing an ``adapts`` view out of this
+        #: process (a Ray task of its own in a sweep) and returns the wait for it, whose result is kept in
+        #: ``done_elsewhere`` under the view's label
+        self.elsewhere, self._pending, self.done_elsewhere = elsewhere, {}, {}
         self.identities = identities
         self.parts = {"scored": [*parts["members"], *parts["nonmembers"]]} | {
             k: list(v) for k, v in parts.items() if k in PART_MEMBERS
@@ -205,9 +211,25 @@ class ViewContext:
         root = (self.shared if shared else self.own) / "views" / view.name
         return root / f"{stable_hash(self.key(view), 16)}.parquet"
 
-    def file(self, view: View) -> Path:
-        """The stored table of ``view``, computed first (timed under its label) if it is not stored."""
+    def start(self, view: View) -> None:
+        """Start ``view`` out of this process if it is one that goes there and is not stored yet, so it is
+        computed while this process computes others."""
+        if not (self.elsewhere and view.adapts and self.available(view)):
+            return
         path = self.path(view)
+        if not path.exists() and path not in self._pending:
+            self._pending[path] = (view.label, self.elsewhere(view, self))
+
+    def file(self, view: View) -> Path:
+        """The stored table of ``view``, computed first (timed under its label) if it is not stored: here,
+        or out of this process for an ``adapts`` view when ``elsewhere`` is set."""
+        self.start(view)
+        path = self.path(view)
+        if path in self._pending:
+            label, wait = self._pending.pop(path)
+            self.done_elsewhere[label] = self.clock(label, wait)
+            if not path.exists():
+                raise PrivauditorError(f"view {label} was computed elsewhere but not stored at {path.name}")
         if not path.exists():
             with file_lock(path.with_suffix(".lock")):
                 if not path.exists():

@@ -118,7 +118,10 @@ class ConditionedView(View):
             "conditioned_nll": pa.array(nll, pa.float64()),
         }
         if self.rows == "held_out":
-            columns |= {"member": pa.array(plain.member, pa.bool_()), "nll": pa.array(plain.nll, pa.float64())}
+            columns |= {
+                "member": pa.array(plain.member, pa.bool_()),
+                "nll": pa.array(plain.nll, pa.float64()),
+            }
         return pa.table(columns).replace_schema_metadata({SHOTS_METADATA: str(kept).encode()})
 
     def _texts(self, context):

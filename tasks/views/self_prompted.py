@@ -17,9 +17,10 @@ The reference is made as the paper's code makes it (tsinghua-fib-lab/NeurIPS2024
 2. **The reference** is a fresh copy of the base adapted on those texts (record prompt → generated
    target) with the target's technique, hyper-parameters, learning rate and batch size (the
    :class:`~privauditor.tasks.views._base.Recipe` the cell lends the view's context) for ``epochs``
-   epochs: 2, the code's LoRA setting for its reference, whatever the target had. It trains in the cell's
-   process with the plain loop, on the target's device, also where the target trained under DeepSpeed (a
-   base too large to adapt on one device does not fit there).
+   epochs: 2, the code's LoRA setting for its reference, whatever the target had. It trains with the
+   plain loop on the target's device, also where the target trained under DeepSpeed (a base too large to
+   adapt on one device does not fit there): in a sweep in a Ray task of its own, from the target rebuilt
+   from its saved adapter (:mod:`privauditor.tasks.view_job`), else in the cell's process.
    A technique that trains nothing (``none``) leaves the base itself as the reference: nothing is sampled.
 3. Every scored text and its ``k`` masked-LM neighbours (the ``neighbours`` view's texts, made and cached
    exactly as that view makes them, so they are shared with it at the same ``k``, ``mask_fraction`` and
