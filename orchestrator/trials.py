@@ -6,8 +6,9 @@ once, retried ``run.max_failures`` times (``FailureConfig``), with worker proces
 (``reuse_actors``) so imports are paid once per worker. A cell that trains under DeepSpeed starts a Ray
 Train worker group from its trial (``distributed.py``); its attacks run on the stored views as tasks of
 an attack actor (``attack_actor.py``); a view that adapts a model of its own (SPV-MIA's reference) runs as
-a task in a second bundle of the trial's placement group (``view_tasks.py``). Ray's own console output (trial tables, worker logs, library
-warnings) is left out unless ``verbose``: the sweep prints its own progress (``progress.py``).
+a task in a second bundle of the trial's placement group (``view_tasks.py``). Ray's own console output
+(trial tables, worker logs, library warnings) is left out unless ``verbose``: the sweep prints its own
+progress (``progress.py``).
 """
 
 from __future__ import annotations

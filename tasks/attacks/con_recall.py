@@ -83,9 +83,10 @@ def choose_gamma(non_members, members) -> float:
 
     if non_members.member.all() or not non_members.member.any():
         raise PrivauditorError("attack 'con_recall': its held-out texts need members and non-members both")
-    aucs = [
-        float(auc_from_ranks(members.member, ratio(non_members.conditioned_nll - g * members.conditioned_nll,
-                                                   non_members.nll)))
-        for g in GRID
-    ]  # fmt: skip
+
+    def auc(gamma: float) -> float:
+        contrast = non_members.conditioned_nll - gamma * members.conditioned_nll
+        return float(auc_from_ranks(members.member, ratio(contrast, non_members.nll)))
+
+    aucs = [auc(gamma) for gamma in GRID]
     return GRID[max(range(len(GRID)), key=lambda i: (aucs[i], i))]
