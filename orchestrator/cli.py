@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -298,6 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # finished cells are kept (DONE); a rerun does the rest
         print("privauditor: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`privauditor ls attacks | head`): quiet, as other tools are
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
 
 
 if __name__ == "__main__":

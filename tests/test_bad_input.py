@@ -123,3 +123,21 @@ def test_bad_input_is_one_line_exit_2_and_results_untouched(case, argv, fragment
     assert len(err.splitlines()) == 1 and err.startswith("privauditor: error: "), err
     assert fragment in err and CANARY not in err and "Traceback" not in err, err
     assert fingerprint(finished_once) == before
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """``privauditor ls attacks | head -1``: stdout's reader is gone before anything is written."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # every write to the pipe now fails: EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "privauditor.orchestrator.cli", "ls", "attacks"],
+            stdout=write, stderr=subprocess.PIPE, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == b"", done.stderr.decode()[-300:]
