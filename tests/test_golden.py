@@ -35,6 +35,20 @@ def nll_only(*nll):
 
 
 # name -> [(hyper-parameters, views, expected scores)]
+#: one scored text for Con-ReCaLL: NLL 2, 3 under the non-member prefix, 1 under the member prefix
+CON_RECALL = {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0])}
+
+
+def held_out(member_prefix):
+    """Held-out texts, a member then a non-member: NLL 1 each, (2, 1.5) under the non-member prefix and
+    ``member_prefix`` under the member prefix."""
+    labels, nll = np.array([True, False]), np.array([1.0, 1.0])
+    return {
+        "held_out_non_members": HeldOut(labels, nll, np.array([2.0, 1.5])),
+        "held_out_members": HeldOut(labels, nll, np.array(member_prefix)),
+    }
+
+
 GOLDEN = {
     # -mean NLL: text 1 logp (-1, -3) -> -2; text 2 (-0.5) -> -0.5
     "loss": [({}, {"signals": signals([[-1, -3], [-0.5]])}, [-2.0, -0.5])],
@@ -62,46 +76,10 @@ GOLDEN = {
     # ahead (AUC 1) iff 0.5 > 1.4 g, g < 0.357: of the grid 0.1, 0.2, 0.3 tie, the larger is taken, 0.3;
     # the scored text: (3 - 0.3 1) / 2 = 1.35. Held-out texts on which every g ranks alike: g = 1, 1.0
     "con_recall": [
-        (
-            {"gamma": 1.0},
-            {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0])},
-            [1.0],
-        ),
-        (
-            {"gamma": 0.5},
-            {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0])},
-            [1.25],
-        ),
-        (
-            {},
-            {
-                "signals": signals([[-1, -3]]),
-                "non_members": np.array([3.0]),
-                "members": np.array([1.0]),
-                "held_out_non_members": HeldOut(
-                    np.array([True, False]), np.array([1.0, 1.0]), np.array([2.0, 1.5])
-                ),
-                "held_out_members": HeldOut(
-                    np.array([True, False]), np.array([1.0, 1.0]), np.array([1.9, 0.5])
-                ),
-            },
-            [1.35],
-        ),
-        (
-            {},
-            {
-                "signals": signals([[-1, -3]]),
-                "non_members": np.array([3.0]),
-                "members": np.array([1.0]),
-                "held_out_non_members": HeldOut(
-                    np.array([True, False]), np.array([1.0, 1.0]), np.array([2.0, 1.5])
-                ),
-                "held_out_members": HeldOut(
-                    np.array([True, False]), np.array([1.0, 1.0]), np.array([0.5, 0.5])
-                ),
-            },
-            [1.0],
-        ),
+        ({"gamma": 1.0}, CON_RECALL, [1.0]),
+        ({"gamma": 0.5}, CON_RECALL, [1.25]),
+        ({}, CON_RECALL | held_out(member_prefix=[1.9, 0.5]), [1.35]),
+        ({}, CON_RECALL | held_out(member_prefix=[0.5, 0.5]), [1.0]),
     ],
     # tokens (5, 7, 5), p (0.5, 0.001, 0.9), f (e^-1, e^-2, e^-1); first occurrences: positions 0 and 1;
     # alpha = p log(1/f) = (0.5, 0.002); capped at a 0.01: (0.01 + 0.002) / 2; at a 1: (0.5 + 0.002) / 2
