@@ -18,6 +18,9 @@ cheap one, so it runs at every checkpoint) and states its rule:
   a two-level bootstrap (seeds, then samples) gives a seed-level CI of each mean difference.
 - **controls**: per split, the model-free ``blind`` attack's AUC and its label-permutation test (Holm over
   splits) and the un-adapted base's (``none``) AUC.
+
+These views compare techniques without a defence; DP cells, DP violations (listed first, as bugs) and
+duplication have their own sections (:mod:`privauditor.orchestrator.defences`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .defences import defence_table, duplication_table, violations
 
 PRIMARY_ATTACK = "loss"
 ALPHA = 0.05
@@ -58,7 +63,7 @@ def trajectories(rows: list[dict[str, Any]], attack: str) -> dict[tuple, dict[st
     """(model, dataset, seed) → technique → its rows of ``attack``, one per checkpoint, by epoch."""
     found: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        if row["attack"] == attack and row["epoch"] is not None:
+        if row["attack"] == attack and row["epoch"] is not None and row.get("defence", "none") == "none":
             found[(row["model"], row["dataset"], row["seed"])][row["adaptation"]].append(row)
     for techniques in found.values():
         for points in techniques.values():
@@ -201,8 +206,10 @@ def findings(out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK
     seeds = sorted({seed for _, _, seed in groups})
     lines = ["# Findings", "", f"Attack compared: `{attack}`. {len(groups)} (model, dataset, seed) groups, "
              f"{len(seeds)} seed(s).", ""]  # fmt: skip
+    lines += violations(rows)
+    extra = defence_table(rows, attack) + duplication_table(out, rows, attack)
     if not groups:
-        return "\n".join(lines + [f"No finished cell ran `{attack}`.", ""])
+        return "\n".join(lines + [f"No finished undefended cell ran `{attack}`.", ""] + extra)
     epochs = sorted({r["epoch"] for ts in groups.values() for ps in ts.values() for r in ps})
     by_epoch: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for techniques in groups.values():
@@ -239,7 +246,7 @@ def findings(out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK
         lines += ["One seed: the seed-level CI of every difference is null (run more seeds to get one).", ""]
     else:
         lines += ["## Across seeds (last checkpoint)", ""] + _seed_level(last, out, attack)
-    return "\n".join(lines + ["## Caveat", "", CAVEAT, ""])
+    return "\n".join(lines + extra + ["## Caveat", "", CAVEAT, ""])
 
 
 def _matched(groups: dict[tuple, dict[str, list[dict]]]) -> list[str]:

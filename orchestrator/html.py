@@ -56,15 +56,15 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .summary import final
+    from .summary import final, technique
 
     best: dict[str, dict[str, Any]] = {}
     for r in final(found):
         if r["cell_id"] not in best or r["auc"] > best[r["cell_id"]]["auc"]:
             best[r["cell_id"]] = r
     fig, ax = plt.subplots(figsize=(6, 4), dpi=90)
-    for adaptation in sorted({r["adaptation"] for r in best.values()}):
-        points = [(r["utility_loss"], r["auc"]) for r in best.values() if r["adaptation"] == adaptation]
+    for adaptation in sorted({technique(r) for r in best.values()}):
+        points = [(r["utility_loss"], r["auc"]) for r in best.values() if technique(r) == adaptation]
         ax.scatter(*zip(*points, strict=True), label=adaptation, s=18)
     ax.set(xlabel="validation NLL (utility, lower is better)", ylabel="best attack AUC (privacy risk)")
     ax.axhline(0.5, color="k", linewidth=0.6, linestyle="--")

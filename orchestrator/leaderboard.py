@@ -7,6 +7,13 @@ contract (``cell_id, model, adaptation, dataset, seed, attack, auc, auc_ci_low, 
 tpr_at_0.1pct_fpr, tpr_at_1pct_fpr, n_members, n_nonmembers, utility_loss, trainable_params,
 train_seconds``) and the checkpoint's ``epoch``, ``step`` and ``best`` (lowest validation NLL of its
 cell; null for an audit, whose training is not known). ``utility_loss`` is the checkpoint's own.
+
+Defences: ``defence`` (``none``, ``dp``), ``epsilon`` (the ε a DP checkpoint has spent; null without DP),
+``epsilon_target`` (the cell's), ``delta``, and the attack's empirical lower bound on ε at that δ,
+``eps_lower`` (null: nothing bounded), with ``eps_ceiling``, the most its sample size could show
+(:mod:`privauditor.tasks.lower_bound`); ``dp_violation`` is true where the bound exceeds the spent ε: a
+bug in DP training or accounting. ``auc_repeated_vs_singleton``: with duplication, how the score ranks
+members trained several times above those trained once.
 """
 
 from __future__ import annotations
@@ -43,6 +50,14 @@ COLUMNS = [
     "utility_loss",
     "trainable_params",
     "train_seconds",
+    "defence",
+    "epsilon",
+    "epsilon_target",
+    "delta",
+    "eps_lower",
+    "eps_ceiling",
+    "dp_violation",
+    "auc_repeated_vs_singleton",
 ]
 
 
@@ -85,6 +100,14 @@ def _row(
         "utility_loss": checkpoint["utility_loss"],
         "trainable_params": record["trainable_params"],
         "train_seconds": record["train"]["seconds"],
+        "defence": spec.defence,
+        "epsilon": checkpoint.get("epsilon"),
+        "epsilon_target": spec.defence_params.get("epsilon"),
+        "delta": m.get("eps_delta", spec.defence_params.get("delta")),
+        "eps_lower": m.get("eps_lower"),
+        "eps_ceiling": m.get("eps_ceiling"),
+        "dp_violation": attack in checkpoint.get("dp_violations", []),
+        "auc_repeated_vs_singleton": m.get("auc_repeated_vs_singleton"),
     }
 
 
@@ -183,9 +206,10 @@ def _schema():
         "epoch": pa.int64(),
         "step": pa.int64(),
         "best": pa.bool_(),
+        "dp_violation": pa.bool_(),
         "n_members": pa.int64(),
         "n_nonmembers": pa.int64(),
         "trainable_params": pa.int64(),
     }
-    strings = {"cell_id", "model", "adaptation", "dataset", "attack", "access"}
+    strings = {"cell_id", "model", "adaptation", "dataset", "attack", "access", "defence"}
     return pa.schema([(c, pa.string() if c in strings else types.get(c, pa.float64())) for c in COLUMNS])

@@ -1,7 +1,9 @@
-"""Expanding a model × adaptation × dataset × seed matrix into cells, dropping unsupported pairs.
+"""Expanding a model × adaptation × dataset × seed (× defence) matrix into cells, dropping what cannot run.
 
 A (family, technique) pair the family does not support is dropped from a matrix expansion and listed
 with its reason (``privauditor validate`` prints them); asked for explicitly, the same pair is an error.
+So is a (model, technique) pair a defence cannot train (DP-SGD: a technique that trains nothing, a model
+that trains under DeepSpeed): its defended cells are dropped, its undefended ones kept.
 """
 
 from __future__ import annotations
@@ -51,6 +53,17 @@ def expand(
             continue
         cells += [Cell(model, adaptation, d, s) for d, s in itertools.product(datasets, seeds)]
     return cells, dropped
+
+
+def defence_reason(model: str, adaptation: str, defence: str) -> str | None:
+    """Why ``defence`` cannot train (model, adaptation) (None: it can, or there is no defence)."""
+    from privauditor.tasks.dp import check_defence, unsupported_reason
+
+    check_defence(defence)
+    if defence == "none":
+        return None
+    stage = resolve_model(model).resources.zero_stage
+    return unsupported_reason(ADAPTATIONS.get(adaptation)(), 1, stage)
 
 
 def check_cell(model: str, adaptation: str) -> None:

@@ -61,14 +61,14 @@ def privacy_utility_pngs(rows: list[dict], attack: str, folder: Path) -> list[Pa
 
     from privauditor.tasks.spec import slug
 
+    from .summary import technique
+
     curves: dict[tuple, dict[str, dict[int, list[tuple[float, float]]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     for r in rows:
         if r["attack"] == attack and r["epoch"] is not None:
-            curves[(r["model"], r["dataset"])][r["adaptation"]][r["epoch"]].append(
-                (r["utility_loss"], r["auc"])
-            )
+            curves[(r["model"], r["dataset"])][technique(r)][r["epoch"]].append((r["utility_loss"], r["auc"]))
     written = []
     for (model, dataset), techniques in sorted(curves.items()):
         fig = Figure(figsize=(6.5, 4.5), dpi=100)

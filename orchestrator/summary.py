@@ -8,6 +8,12 @@ from typing import Any
 SUMMARY_HEADER = ["AUC mean ± std", "std over", "rows"]
 
 
+def technique(row: dict[str, Any]) -> str:
+    """A row's technique as summaries group it: the adaptation, with its defence if it has one (the cell
+    id's technique part, e.g. ``full+dp-e1``), so defended and undefended cells are never pooled."""
+    return row["adaptation"] if row.get("defence", "none") == "none" else row["cell_id"].split("__")[1]
+
+
 def final(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of each cell's last checkpoint (a trajectory's earlier checkpoints are left out)."""
     last: dict[str, int] = {}
@@ -25,7 +31,8 @@ def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
 
     groups: dict[str, dict[int, list[float]]] = {}
     for row in final(found):
-        groups.setdefault(str(row[by]), {}).setdefault(row["seed"], []).append(row["auc"])
+        key = technique(row) if by == "adaptation" else str(row[by])
+        groups.setdefault(key, {}).setdefault(row["seed"], []).append(row["auc"])
     table = []
     for key, seeds in groups.items():
         every = [auc for aucs in seeds.values() for auc in aucs]

@@ -1,11 +1,15 @@
 """Sweep files: strict YAML into frozen dataclasses, expanded into cells.
 
-A sweep names a matrix (``model`` × ``adaptation`` × ``dataset``) and ``seeds``, the cell settings every
-cell shares (``attacks``, ``split``, ``train``, ``score``, ``attack_params``, ``adaptation_params``,
-``reference``), ``exclude`` (partial cells to drop) and ``overrides`` (partial cells → settings merged
+A sweep names a matrix (``model`` × ``adaptation`` × ``dataset``, optionally × ``defence``) and ``seeds``,
+the cell settings every cell shares (``attacks``, ``split``, ``train``, ``score``, ``attack_params``,
+``adaptation_params``, ``reference``, ``defence_params``), ``exclude`` (partial cells to drop) and ``overrides`` (partial cells → settings merged
 on top; later overrides win), plus ``run`` and ``tracking`` blocks. Precedence: a technique's defaults <
 the sweep's blocks < ``overrides`` < ``--set``. An unknown key or name is a one-line error with "did you
 mean"; a (family, technique) pair the family cannot run is dropped from the matrix and listed.
+
+A ``defence`` entry is a name (``none``, ``dp``) or a one-key mapping of a name to its settings, merged
+over the sweep's ``defence_params`` (``defence: [none, {dp: {epsilon: 1}}, {dp: {epsilon: 8}}]``: the
+same cells without a defence and at two privacy budgets). Without the key every cell is undefended.
 
 Example::
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,10 +32,13 @@ from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.registry import unknown_name_message
 from privauditor.tasks.settings import build, load_yaml
 
-from .matrix import Dropped, expand
+from .matrix import Dropped, defence_reason, expand
 
 MATRIX_KEYS = ("model", "adaptation", "dataset")
-CELL_KEYS = ("attacks", "split", "train", "score", "attack_params", "adaptation_params", "reference")
+#: keys exclude / overrides entries may match on
+MATCH_KEYS = (*MATRIX_KEYS, "defence", "seed")
+CELL_KEYS = ("attacks", "split", "train", "score", "attack_params", "adaptation_params", "reference",
+             "defence_params")  # fmt: skip
 TOP_KEYS = ("name", "seeds", "matrix", "exclude", "overrides", "run", "tracking", *CELL_KEYS)
 SWEEPS_DIR = Path(sweeps_package.__file__).resolve().parent  # benchmarks/sweeps, shipped as package data
 
@@ -96,8 +104,8 @@ def _names(where: str, value: Any) -> list[Any]:
 
 def _matches(partial: dict[str, Any], cell: dict[str, Any], where: str) -> bool:
     for key, value in partial.items():
-        if key not in (*MATRIX_KEYS, "seed"):
-            raise PrivauditorError(unknown_name_message(f"key in {where}", str(key), [*MATRIX_KEYS, "seed"]))
+        if key not in MATCH_KEYS:
+            raise PrivauditorError(unknown_name_message(f"key in {where}", str(key), list(MATCH_KEYS)))
         if cell[key] not in (value if isinstance(value, list) else [value]):
             return False
     return True
@@ -113,6 +121,27 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _defences(name: str, entries: Any) -> list[tuple[str, dict[str, Any] | None]]:
+    """The ``matrix.defence`` entries as (defence, its settings or None)."""
+    from privauditor.tasks.dp import check_defence
+
+    found = []
+    for entry in _names("matrix.defence", entries):
+        if isinstance(entry, dict) and len(entry) == 1:
+            ((defence, params),) = entry.items()
+            if params is not None and not isinstance(params, dict):
+                raise PrivauditorError(f"{name}: matrix.defence {defence}: settings must be a mapping")
+        elif isinstance(entry, str):
+            defence, params = entry, None
+        else:
+            raise PrivauditorError(
+                f"{name}: a matrix.defence entry is a name or {{name: {{settings}}}}, not {entry!r}"
+            )
+        check_defence(str(defence))
+        found.append((str(defence), params))
+    return found
+
+
 def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> Sweep:
     """A validated :class:`Sweep` from the parsed YAML ``data``; ``assignments`` are ``--set`` overrides
     applied to every cell."""
@@ -125,15 +154,16 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
     if not isinstance(matrix, dict):
         raise PrivauditorError(f"{name}: matrix must map model, adaptation and dataset to lists")
     for key in matrix:
-        if key not in MATRIX_KEYS:
+        if key not in (*MATRIX_KEYS, "defence"):
             raise PrivauditorError(
-                f"{name}: " + unknown_name_message("matrix key", str(key), list(MATRIX_KEYS))
+                f"{name}: " + unknown_name_message("matrix key", str(key), [*MATRIX_KEYS, "defence"])
             )
     axes = {key: _names(f"matrix.{key}", matrix.get(key)) for key in MATRIX_KEYS}
     seeds = _names("seeds", data.get("seeds", [0]))
     if not all(type(s) is int for s in seeds):
         raise PrivauditorError(f"{name}: seeds must be integers, not {seeds!r}")
     cells, dropped = expand(axes["model"], axes["adaptation"], axes["dataset"], seeds)
+    defences = _defences(name, matrix.get("defence", ["none"]))
     shared = {k: data[k] for k in CELL_KEYS if k in data}
     exclude = data.get("exclude") or []
     overrides = data.get("overrides") or []
@@ -141,22 +171,31 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise PrivauditorError(f"{name}: {where} must be a list of mappings")
     configs = []
-    for cell in cells:
+    for cell, (defence, params) in itertools.product(cells, defences):
+        reason = defence_reason(cell.model, cell.adaptation, defence)
+        if reason:
+            if not any(d.model == cell.model and d.adaptation == cell.adaptation and d.reason == reason
+                       for d in dropped):  # fmt: skip
+                dropped.append(Dropped(cell.model, cell.adaptation, reason))
+            continue
         keys = {
             "model": cell.model,
             "adaptation": cell.adaptation,
             "dataset": cell.dataset,
             "seed": cell.seed,
+            "defence": defence,
         }
         if any(_matches(partial, keys, "exclude") for partial in exclude):
             continue
         settings = _merge(shared, keys)
+        if params:
+            settings = _merge(settings, {"defence_params": {defence: params}})
         for override in overrides:
-            match = {k: v for k, v in override.items() if k in (*MATRIX_KEYS, "seed")}
+            match = {k: v for k, v in override.items() if k in MATCH_KEYS}
             if _matches(match, keys, "overrides"):
                 extra = {k: v for k, v in override.items() if k not in match}
                 settings = _merge(settings, extra)
-                if any(k in MATRIX_KEYS for k in extra):
+                if any(k in (*MATRIX_KEYS, "defence") for k in extra):
                     raise PrivauditorError(f"{name}: an override cannot change {sorted(extra)}")
         configs.append(cell_config(settings, list(assignments)))
     run = build(RunSettings, data.get("run") or {}, "run")

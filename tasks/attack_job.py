@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from .attacks import build_attack
-from .metrics import attack_metrics
+from .lower_bound import epsilon_bound
+from .metrics import attack_metrics, duplication_metrics
 from .signals import read_table
 from .views._base import aligned
 
@@ -24,9 +25,13 @@ def attack_job(
     view_files: dict[str, str],
     bootstrap: int,
     seed: int,
+    delta: float | None = None,
+    repeated: dict[str, int] | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Scores (higher = member, in ``signals_file``'s sample order) and metrics of one attack whose views,
-    by role, are stored in ``view_files``."""
+    by role, are stored in ``view_files``; with ``delta``, the empirical lower bound on ε at that δ
+    (:mod:`privauditor.tasks.lower_bound`); with ``repeated`` (sample id → times trained, for the members
+    trained more than once), the duplication metrics."""
     import pyarrow.parquet as pq
 
     labels = pq.ParquetFile(signals_file).read(columns=["sample_id", "member"])
@@ -38,7 +43,16 @@ def attack_job(
         table = read_table(view_files[role])
         inputs[role] = view.read(aligned(table, sample_ids) if view.parts() == ("scored",) else table)
     scores = np.asarray(attack.score(inputs), dtype=np.float64)
-    return scores, attack_metrics(member, scores, bootstrap, seed) | attack.fitted()
+    metrics = attack_metrics(member, scores, bootstrap, seed) | attack.fitted()
+    times = np.array(
+        [(repeated or {}).get(i, 1) if m else 0 for i, m in zip(sample_ids, member, strict=True)]
+    )
+    if delta is not None:  # per-record DP speaks of records trained once: repeated members are left out
+        once = times <= 1
+        metrics |= epsilon_bound(member[once], scores[once], delta)
+    if repeated:
+        metrics |= duplication_metrics(member, scores, times)
+    return scores, metrics
 
 
 def in_process(job: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import sys
 import time
@@ -41,6 +42,7 @@ from .spec import CellSpec, slug
 # 2: the typed spec (data, weights and version identities in the cell id), split parts, views
 # 3: checkpoints (one audit per snapshot; earlier ones under checkpoints/epoch-<e>/)
 RESULTS_FORMAT = 3
+log = logging.getLogger(__name__)
 PACKAGES = ("privauditor", "torch", "transformers", "peft", "datasets", "numpy", "pyarrow", "scikit-learn")
 
 
@@ -158,6 +160,7 @@ def execute(
     """The cell's work; returns the ``cell.json`` record (spec, provenance, timings, training)."""
     from .adaptations import build_adaptation
     from .datasets import load_dataset
+    from .dp import Privacy
     from .evaluate import context_tokens, identity_of
     from .models import load_model
     from .snapshots import saver
@@ -177,6 +180,12 @@ def execute(
     base_identity = identity_of(loaded.model, loaded.tokenizer, spec.model, spec.base, "none")
     model = apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed)
     snapshots = cell_dir / ".snapshots"
+    privacy, sigma, private = None, None, {}
+    if spec.defence == "dp":
+        privacy = Privacy.of(spec.defence_params, len(split.trained), spec.train.batch_size, spec.train.epochs,
+                             spec.seed)  # fmt: skip
+        sigma = clock("calibrate", lambda: privacy.sigma)
+        private = {"make_step": privacy.make_step(sigma, loaded.seq2seq), "sampler": privacy.sampler()}
     if spec.train.deepspeed is None:
         train_config, checkpoints = train_config_of(spec), spec.train.checkpoints
         on_checkpoint = saver(model, snapshots)
@@ -190,6 +199,7 @@ def execute(
                 loaded.seq2seq,
                 checkpoints=checkpoints,
                 on_checkpoint=on_checkpoint,
+                **private,
             ),  # fmt: skip
         )
     else:
@@ -199,6 +209,7 @@ def execute(
     audited = audit_checkpoints(
         spec, technique, model, loaded, split, result.checkpoints, snapshots, cell_dir, shared, reference,
         clock, env, (contexts, demonstrations),
+        epsilon_at=None if privacy is None else lambda step: privacy.spent(step, sigma),
     )  # fmt: skip
     shutil.rmtree(snapshots, ignore_errors=True)
     final = audited[-1]
@@ -222,10 +233,12 @@ def execute(
             "seconds": result.seconds,
             "epoch_losses": result.epoch_losses,
         },
+        "defence": {"name": "none"} if privacy is None else privacy.record(sigma, result.steps),
         "utility_loss": final["utility_loss"],
         "device": str(next(model.parameters()).device),
         "n_members": len(split.members),
         "n_nonmembers": len(split.nonmembers),
+        "repeats": split.repeats(),
         "timings": clock.seconds,
     }
 
@@ -234,13 +247,17 @@ def audit_checkpoints(
     spec: CellSpec, technique: Any, model: Any, loaded: Any, split: Any, checkpoints: list[tuple[int, int]],
     snapshots: Path, cell_dir: Path, shared: Path, reference: Any, clock: _Clock, env: CellEnvironment,
     in_context: tuple[dict[str, str] | None, dict[str, Any] | None] = (None, None),
+    epsilon_at: Callable[[int], float] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Score and attack each (epoch, step) snapshot of the training run; returns the ``checkpoints``
     records of ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the
     earliest of ties) gets the costly attacks too. ``in_context``: in-context learning's contexts by
-    sample id and the record of its prompts (written in place of ``adapter/``)."""
+    sample id and the record of its prompts (written in place of ``adapter/``). ``epsilon_at(step)``: the
+    ε a DP run has spent by that step; an attack whose empirical lower bound on ε exceeds it is listed
+    under ``dp_violations`` and logged as a bug."""
     from .adaptations.icl import write_demonstrations
     from .attacks import build_attack
+    from .dp import default_delta
     from .evaluate import Scorer, evaluate, identity_of
     from .snapshots import load_snapshot
     from .training import validation_loss
@@ -285,7 +302,11 @@ def audit_checkpoints(
             target, parts, attacks, folder, shared, reference, max_length, spec.score.batch_size,
             spec.score.bootstrap, spec.seed, clock, env.map_jobs, views_dir=cell_dir, recipe=recipe,
             elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved else None,
+            delta=spec.defence_params.get("delta") or default_delta(len(split.members) + len(split.known_members)),
+            repeated=split.repeats(),
         )  # fmt: skip
+        spent = None if epsilon_at is None else epsilon_at(step)
+        violations = dp_violations(found.metrics, spent)
         audited.append(
             {
                 "epoch": epoch,
@@ -297,9 +318,24 @@ def audit_checkpoints(
                 "attacks": [a.name for a in attacks],
                 "views": found.views,
             }
+            | ({} if spent is None else {"epsilon": spent, "dp_violations": violations})
             | ({"elsewhere": found.elsewhere} if found.elsewhere else {})
         )
     return audited
+
+
+def dp_violations(metrics: dict[str, Any], spent: float | None) -> list[str]:
+    """The attacks whose empirical lower bound on ε exceeds the ε a DP run claims to have spent: each one is
+    a bug in the DP training or its accounting (the bound holds with 95 % confidence), logged loudly."""
+    if spent is None:
+        return []
+    found = sorted(a for a, m in metrics.items() if (m.get("eps_lower") or 0.0) > spent)
+    for attack in found:
+        log.error(
+            "DP VIOLATION: %s's empirical lower bound eps >= %.3f exceeds the %.3f this run claims to have spent",
+            attack, metrics[attack]["eps_lower"], spent,
+        )  # fmt: skip
+    return found
 
 
 def checkpoint_results(cell_dir: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:

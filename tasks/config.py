@@ -40,10 +40,24 @@ class SplitConfig:
     validation: int = 100  # the utility figure only
     population: int = 0  # neither trained on nor scored: samples for attacks that compare with a population
     known_members: int = 0  # trained on, never scored: member prefixes for attacks that use them
+    #: duplication: the fraction of members trained more than once, in equal groups, one per ``repeats``
+    #: entry (how many times its members train); the other members train once
+    repeated: float = 0.0
+    repeats: int | tuple[int, ...] = (1,)
 
     def __post_init__(self) -> None:
         _at_least("split", self, {"members": 1, "nonmembers": 1, "validation": 1, "population": 0,
                                   "known_members": 0})  # fmt: skip
+        repeats = (self.repeats,) if isinstance(self.repeats, int) else tuple(self.repeats)
+        object.__setattr__(self, "repeats", repeats)
+        if not 0 <= self.repeated <= 1:
+            raise PrivauditorError(
+                f"split.repeated is a fraction of the members, in [0, 1], not {self.repeated!r}"
+            )
+        if self.repeated > 0 and (not repeats or min(repeats) < 2):
+            raise PrivauditorError(
+                f"split.repeats must be counts of at least 2 (how often a repeated member trains), not {list(repeats)}"
+            )
 
 
 def check_checkpoints(checkpoints: tuple[int, ...] | None, epochs: int | None) -> None:
@@ -125,6 +139,10 @@ class CellConfig:
     attack_params: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     #: the reference model (None: the un-adapted base)
     reference: str | None = None
+    #: ``none`` or ``dp`` (DP-SGD, :mod:`privauditor.tasks.dp`)
+    defence: str = "none"
+    #: settings by defence name, e.g. {dp: {epsilon: 1}}; only the cell's own defence's apply
+    defence_params: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     def built_attacks(self) -> dict[str, Attack]:
         """Every chosen attack, built with its hyper-parameters (unknown names and fields fail here)."""
@@ -136,8 +154,15 @@ class CellConfig:
         """Every name and hyper-parameter resolves, and every split part an attack reads is not empty;
         no dataset, weights or Ray are touched."""
         from .adaptations import build_adaptation
+        from .dp import check_defence, resolve_dp, unsupported_reason
 
-        build_adaptation(self.adaptation, self.adaptation_params.get(self.adaptation))
+        technique = build_adaptation(self.adaptation, self.adaptation_params.get(self.adaptation))
+        check_defence(self.defence)
+        if self.defence == "dp":
+            resolve_dp(self.defence_params.get("dp"), self.split.members)
+            reason = unsupported_reason(technique, self.train.workers, self.train.deepspeed)
+            if reason:
+                raise PrivauditorError(f"cannot run {self.model} × {self.adaptation}: {reason}")
         for name, attack in self.built_attacks().items():
             for role, view in attack.views().items():
                 for part, least in view.needs().items():

@@ -129,6 +129,8 @@ def evaluate(
     views_dir: Path | None = None,
     recipe: Recipe | None = None,
     elsewhere: Callable[[Any, ViewContext], Callable[[], Any]] | None = None,
+    delta: float | None = None,
+    repeated: Mapping[str, int] | None = None,
 ) -> Evaluation:
     """Run ``attacks`` (each with ``name`` and ``params``, e.g. a cell spec's) on ``target``.
 
@@ -140,7 +142,8 @@ def evaluate(
     checkpoint's there, apart by their adaptation hash. ``recipe``: how the target was adapted, for views
     that adapt a model of their own the same way (a cell knows it; an audit of someone else's model not);
     ``elsewhere`` starts such views out of this process (:class:`ViewContext`), before any other view is
-    computed here, so the two overlap.
+    computed here, so the two overlap. ``delta`` and ``repeated`` add the empirical ε bound and the
+    duplication metrics (:func:`~privauditor.tasks.attack_job.attack_job`).
     """
     scorers = {"target": lambda: target}
     identities = {"target": target.identity}
@@ -175,7 +178,9 @@ def evaluate(
     jobs = []
     for spec, views in runnable:
         files = {role: str(context.file(view)) for role, view in views.items()}
-        jobs.append((spec.name, spec.params, str(signals_file), files, bootstrap, seed))
+        jobs.append(
+            (spec.name, spec.params, str(signals_file), files, bootstrap, seed, delta, dict(repeated or {}))
+        )
     results = clock("attacks", lambda: map_jobs(attack_job, jobs))
     scores = {job[0]: result[0] for job, result in zip(jobs, results, strict=True)}
     metrics |= {job[0]: result[1] for job, result in zip(jobs, results, strict=True)}

@@ -7,6 +7,11 @@
   target, without interpolation; ``None`` when there are fewer than 1 / target non-members (the rate
   cannot be measured).
 - ``roc``: the ROC points ``[[fpr, tpr], ...]`` for plotting.
+- with duplication (some members trained several times): ``auc_repeated`` and ``auc_singleton``, the
+  repeated members' and the once-trained members' AUC against all non-members;
+  ``auc_repeated_vs_singleton``, how well the score ranks repeated members above singletons (0.5: no
+  difference); ``auc_by_repeats``, times trained (1, then each group's) → that group's AUC against the
+  non-members; ``n_repeated``.
 """
 
 from __future__ import annotations
@@ -102,3 +107,28 @@ def attack_metrics(member: Any, scores: Any, resamples: int = 1000, seed: int = 
         out[name] = tpr_at_fpr(fpr, tpr, target, n_nonmembers)
     out["roc"] = [[round(float(f), 6), round(float(t), 6)] for f, t in zip(fpr, tpr, strict=True)]
     return out
+
+
+def duplication_metrics(member: Any, scores: Any, times: Any) -> dict[str, Any]:
+    """Repeated members against singletons of the same run; ``times``: how many times each scored sample
+    was trained (0 for a non-member)."""
+    member, times = np.asarray(member, dtype=bool), np.asarray(times, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    repeated, singleton = member & (times > 1), member & (times <= 1)
+
+    def auc(positive: np.ndarray, negative: np.ndarray) -> float | None:
+        if not positive.any() or not negative.any():
+            return None
+        keep = positive | negative
+        return float(auc_from_ranks(positive[keep], scores[keep]))
+
+    return {
+        "auc_repeated": auc(repeated, ~member),
+        "auc_singleton": auc(singleton, ~member),
+        "auc_repeated_vs_singleton": auc(repeated, singleton),
+        "auc_by_repeats": {
+            str(r): auc(member & (np.maximum(times, 1) == r), ~member)
+            for r in sorted({1, *times[repeated].tolist()})
+        },  # fmt: skip
+        "n_repeated": int(repeated.sum()),
+    }

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cache import stable_hash
 from .config import DeepSpeedSettings, ScoreSettings, SplitConfig
+from .errors import PrivauditorError
 
 if TYPE_CHECKING:
     from .config import CellConfig
@@ -84,6 +85,8 @@ class CellSpec:
     attacks: tuple[AttackSpec, ...]
     reference: str | None  # the reference model's name (None: the un-adapted base)
     reference_weights: str | None
+    defence: str = "none"
+    defence_params: dict[str, Any] = dataclasses.field(default_factory=dict)  # resolved: δ filled in
 
     @property
     def complete(self) -> bool:
@@ -94,8 +97,17 @@ class CellSpec:
 
     def cell_id(self) -> str:
         """``<model>__<adaptation>__<dataset>__s<seed>__<8 hex of this spec's hash>``."""
-        parts = [slug(self.model), self.adaptation, slug(self.dataset), f"s{self.seed}"]
+        parts = [slug(self.model), self.adaptation + self.defence_tag, slug(self.dataset), f"s{self.seed}"]
         return "__".join([*parts, stable_hash(self.to_dict(), 8) if self.complete else UNKNOWN_HASH])
+
+    @property
+    def defence_tag(self) -> str:
+        """What the cell id adds to the technique: nothing without a defence, ``+dp-e<ε>`` with DP-SGD
+        (``-nonoise`` for the audit's positive control)."""
+        if self.defence == "none":
+            return ""
+        noise = "" if self.defence_params.get("noise", True) else "-nonoise"
+        return f"+{self.defence}-e{self.defence_params['epsilon']:g}{noise}"
 
     def attack(self, name: str) -> AttackSpec:
         return next(a for a in self.attacks if a.name == name)
@@ -121,6 +133,7 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
     models that are not built yet unidentified instead of pre-training them."""
     from .adaptations import build_adaptation
     from .datasets import dataset_identity
+    from .dp import resolve_dp, unsupported_reason
     from .models import resolve_model, weights_identity
     from .splits import SPLIT_VERSION
     from .training import TRAINER_VERSION
@@ -150,6 +163,14 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
         deepspeed=deepspeed if trains else None,
         version=TRAINER_VERSION,
     )
+    defence_params = {}
+    if config.defence == "dp":
+        reason = unsupported_reason(technique, resolved_train.workers, resolved_train.deepspeed)
+        if reason:
+            raise PrivauditorError(f"cannot run {config.model} × {config.adaptation}: {reason}")
+        defence_params = resolve_dp(
+            config.defence_params.get("dp"), config.split.members + config.split.known_members
+        )
     attacks = []
     for name, attack in config.built_attacks().items():
         views = {
@@ -173,4 +194,6 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
         attacks=tuple(attacks),
         reference=config.reference,
         reference_weights=None if config.reference is None else weights_identity(config.reference, build),
+        defence=config.defence,
+        defence_params=defence_params,
     )

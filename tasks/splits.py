@@ -9,6 +9,12 @@ The parts, defined here once:
   population, and prefixes of known non-members;
 - ``known_members``: trained on, never scored: prefixes of known members for attacks that use them.
 
+Duplication (``repeated``, ``repeats``): the first ``round(repeated · members)`` members (a random subset,
+the pool being shuffled) are cut into equal groups, one per entry of ``repeats``, and each group's members
+are trained that many times in the one run, the other members once; so repeated members are compared
+with singletons of the same run (no confound with the number of steps), and every member is still scored
+once.
+
 All come from one pool shuffled by (dataset content hash, seed), cut in that order, so members and
 non-members share one distribution (an attack can only win by detecting training, never by a
 distribution shift), every adaptation of a dataset sees the same split, and adding a population or
@@ -50,11 +56,17 @@ class Split:
     dataset_sha256: str
     population: tuple[Example, ...] = ()
     known_members: tuple[Example, ...] = ()
+    repeated: tuple[tuple[Example, int], ...] = ()  # (member, how many times it is trained), each > 1
 
     @property
     def trained(self) -> tuple[Example, ...]:
-        """What an adaptation trains on: the members, then the known members."""
-        return self.members + self.known_members
+        """What an adaptation trains on: the members, their extra copies, then the known members."""
+        extra = tuple(e for e, times in self.repeated for _ in range(times - 1))
+        return self.members + extra + self.known_members
+
+    def repeats(self) -> dict[str, int]:
+        """Sample id → times trained, for the repeated members."""
+        return {e.sample_id: times for e, times in self.repeated}
 
     @property
     def scored(self) -> tuple[Example, ...]:
@@ -96,4 +108,7 @@ def draw_split(data: LoadedDataset, sizes: Any, seed: int) -> Split:
     for part, size in counts.items():
         parts[part] = tuple(data.examples[i] for i in order[start : start + size])
         start += size
-    return Split(dataset=data.name, seed=seed, dataset_sha256=data.sha256, **parts)
+    chosen = parts["members"][: round(getattr(sizes, "repeated", 0.0) * counts["members"])]
+    groups = tuple(getattr(sizes, "repeats", (1,)))
+    repeated = tuple((e, groups[i * len(groups) // len(chosen)]) for i, e in enumerate(chosen))
+    return Split(dataset=data.name, seed=seed, dataset_sha256=data.sha256, repeated=repeated, **parts)

@@ -162,6 +162,7 @@ def train(
     world: int = 1,
     checkpoints: Sequence[int] = (),
     on_checkpoint: Any = None,
+    sampler: Any = None,
 ) -> TrainResult:
     """Train the trainable parameters of ``model`` on ``examples``; returns the loss record.
 
@@ -170,7 +171,9 @@ def train(
     mode. With ``world`` > 1 (data parallel, e.g. DeepSpeed workers) every rank draws the same order and
     takes its share of each global batch of ``config.batch_size``; ``make_step(model, parameters, lr,
     warmup)`` builds the step function (``LocalStep`` here, a DeepSpeed engine under Ray Train) and the
-    recorded losses are the mean over all ranks' tokens.
+    recorded losses are the mean over all ranks' tokens. ``sampler(epoch)`` gives an epoch's batches as
+    lists of example indices, possibly empty (DP-SGD's Poisson sampling, :mod:`privauditor.tasks.dp`);
+    by default each epoch is a seeded permutation cut into batches of ``config.batch_size``.
     """
     assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
     result = TrainResult(epochs=config.epochs, lr=config.lr)
@@ -196,14 +199,20 @@ def train(
     model.train()
     started = time.perf_counter()
     for epoch in range(config.epochs):
-        order = torch.randperm(len(data), generator=generator).tolist()
+        if sampler is None:
+            order = torch.randperm(len(data), generator=generator).tolist()
+            batches = [order[s : s + config.batch_size] for s in range(0, len(order), config.batch_size)]
+        else:
+            batches = sampler(epoch)
+        fallback = next((b[:1] for b in batches if b), [0])  # what an idle rank runs, at weight 0
         epoch_loss = epoch_tokens = 0.0
-        for start in range(0, len(order), config.batch_size):
+        for drawn in batches:
             if world == 1:
                 check("training")
-            rows = order[start : start + config.batch_size][rank::world]
-            weight = 1.0 if rows else 0.0  # a short last batch leaves a rank idle: it steps with zero loss
-            batch = collate([data[i] for i in rows or order[:1]], tokenizer.pad_token_id, seq2seq)
+            rows = drawn[rank::world]
+            # a short last batch leaves a rank idle, as an empty Poisson batch does: it steps with zero loss
+            weight = 1.0 if rows else 0.0
+            batch = collate([data[i] for i in rows or fallback], tokenizer.pad_token_id, seq2seq)
             loss = step({k: v.to(device) for k, v in batch.items()}, weight)
             n = predicted_tokens(batch["labels"], seq2seq) * weight
             summed = torch.tensor([loss.item() * n, n, float(expired())], dtype=torch.float64)

@@ -1,0 +1,110 @@
+"""The defence and duplication views of ``findings.md``.
+
+- **Defences**: per (model, dataset, seed, technique), the DP cells against the same technique without a
+  defence (ε = ∞), each at its cell's last checkpoint (where a DP run has spent its target ε): the attack's
+  AUC with its CI, the validation NLL (utility), the ε spent and the empirical lower bound on ε with the
+  most the sample could show (its ceiling), for the compared attack and for the attack with the highest
+  bound.
+- **DP violations**: every (cell, checkpoint, attack) whose empirical bound exceeds the ε the checkpoint
+  claims to have spent. Each is a bug in the DP training or its accounting, listed first.
+- **Duplication**: for cells that train some members several times, the AUC of each group of members (by
+  times trained) against the non-members, and of repeated members against singletons, at every
+  checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from .summary import final
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.3f}"
+
+
+def _table(header: list[str], body: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body] + [""]
+
+
+def violations(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row whose empirical ε bound exceeds the ε its checkpoint spent (none: [])."""
+    found = [r for r in rows if r.get("dp_violation")]
+    if not found:
+        return []
+    lines = ["## DP violations", "",
+             "**Each line is a bug**: an attack's empirical lower bound on ε (95 % confidence) exceeds the ε "
+             "the DP run claims to have spent by that checkpoint.", ""]  # fmt: skip
+    for r in sorted(found, key=lambda r: (r["cell_id"], r["epoch"], r["attack"])):
+        lines.append(
+            f"- `{r['cell_id']}` epoch {r['epoch']}, `{r['attack']}`: ε ≥ {r['eps_lower']:.3f} "
+            f"(δ = {r['delta']:.2g}) against a claimed {r['epsilon']:.3f}"
+        )
+    return lines + [""]
+
+
+def defence_table(rows: list[dict[str, Any]], attack: str) -> list[str]:
+    """The defences section (empty without a DP cell)."""
+    last = final(rows)
+    if not any(r["defence"] != "none" for r in last):
+        return []
+    defended = {
+        (r["model"], r["dataset"], r["seed"], r["adaptation"]) for r in last if r["defence"] != "none"
+    }
+    by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in last:
+        if (r["model"], r["dataset"], r["seed"], r["adaptation"]) in defended:
+            by_cell[r["cell_id"]].append(r)
+    body = []
+    for cell_rows in by_cell.values():
+        own = next((r for r in cell_rows if r["attack"] == attack), None)
+        if own is None:
+            continue
+        top = max(cell_rows, key=lambda r: r["eps_lower"] or 0.0)
+        eps = "∞" if own["epsilon_target"] is None else f"{own['epsilon_target']:g}"
+        noise = "" if "-nonoise" not in own["cell_id"] else " (no noise: control)"
+        body.append([
+            own["model"], own["dataset"], own["seed"], own["adaptation"], eps + noise, _fmt(own["epsilon"]),
+            f"{own['auc']:.3f} [{own['auc_ci_low']:.3f}, {own['auc_ci_high']:.3f}]", _fmt(own["utility_loss"]),
+            f"{_fmt(own['eps_lower'])} ({_fmt(own['eps_ceiling'])})",
+            f"{_fmt(top['eps_lower'])} `{top['attack']}`" if top["eps_lower"] else "-",
+        ])  # fmt: skip
+    body.sort(key=lambda b: (b[0], b[1], b[2], b[3], b[4] == "∞", b[4]))
+    header = ["model", "dataset", "seed", "technique", "ε target", "ε spent", f"`{attack}` AUC [95% CI]",
+              "val NLL", f"`{attack}` ε bound (ceiling)", "highest ε bound"]  # fmt: skip
+    return ["## Defences", "",
+            "Each DP cell beside the same technique without a defence (ε target ∞), at the last checkpoint. "
+            "The ε bound is Jagielski et al.'s Clopper-Pearson lower bound at the cell's δ (Bonferroni over "
+            "thresholds); the ceiling is the most this many scored records could show, so a bound at its "
+            "ceiling says \"at least this much\" and no more.", "",
+            *_table(header, body)]  # fmt: skip
+
+
+def duplication_table(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
+    """The duplication section (empty without a cell that repeats members)."""
+    chosen = [r for r in rows if r["attack"] == attack and r.get("auc_repeated_vs_singleton") is not None]
+    if not chosen:
+        return []
+    found = []
+    for r in chosen:
+        record = json.loads((Path(out) / "cells" / r["cell_id"] / "cell.json").read_text())
+        path = next(c["path"] for c in record["checkpoints"] if c["epoch"] == r["epoch"])
+        metrics = json.loads((Path(out) / "cells" / r["cell_id"] / path / "metrics.json").read_text())[attack]
+        found.append((r, metrics["auc_by_repeats"]))
+    counts = sorted({int(k) for _, by in found for k in by})
+    body = [
+        [r["model"], r["dataset"], r["seed"], r["cell_id"].split("__")[1], r["epoch"],
+         *(_fmt(by.get(str(c))) for c in counts), _fmt(r["auc_repeated_vs_singleton"])]
+        for r, by in sorted(found, key=lambda x: (x[0]["cell_id"], x[0]["epoch"]))
+    ]  # fmt: skip
+    header = ["model", "dataset", "seed", "technique", "epoch", *(f"AUC, trained {c}×" for c in counts),
+              "repeated vs singletons"]  # fmt: skip
+    return ["## Duplication", "",
+            f"`{attack}` AUC of each group of members, by how many times one run trained them, against the "
+            "same non-members, and the AUC of repeated members against singletons (0.5: no difference), at "
+            "every checkpoint:", "",
+            *_table(header, body)]  # fmt: skip

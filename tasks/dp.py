@@ -1,0 +1,271 @@
+"""The ``dp`` defence: DP-SGD adaptation, and the accounting of the privacy it spends.
+
+DP-SGD (Abadi et al. 2016) as opacus runs it, on the trainable parameters only (the base's frozen
+weights were pre-trained without the private records):
+
+- each step draws a Poisson sample of the training records, each with probability
+  q = ``train.batch_size`` / records, for ceil(records / batch size) steps per epoch;
+- every sampled record's gradient comes from :func:`privauditor.tasks.gradients.per_sample_gradients`
+  (the GradNorm view's module; it reaches every family's and technique's trainable tensors, prompt
+  encoders and prefixes included) and is handed to opacus's ``DPOptimizer`` as ``grad_sample``;
+- the ``DPOptimizer`` clips each record's gradient to ``max_grad_norm``, sums them, adds Gaussian noise
+  of standard deviation σ · ``max_grad_norm`` and divides by the expected batch size; AdamW then steps
+  with the same warm-up-then-constant rate as an undefended run (post-processing: no privacy cost).
+
+σ is calibrated once, with opacus's RDP accountant, so that the run's *last* step has spent the target ε
+at δ. Every checkpoint records the ε spent by its own step count: a snapshot after epoch e of a 4-epoch
+run has spent less than the target, and is not the model an e-epoch DP run at the target ε would give.
+:func:`rdp_epsilon` recomputes the spent ε without opacus (integer Rényi orders, the binomial expansion
+of Mironov, Talwar and Zhang 2019, converted as in Balle et al. 2020), from the recorded σ, q and steps.
+
+Limits: the model trains in eval mode (no dropout: per-sample gradients recompute module forwards); one
+process (no DeepSpeed, no data-parallel workers: a one-line error); each record's loss is the mean NLL of
+its target tokens. ``noise: false`` adds no noise while still claiming the target ε: it exists as the
+empirical audit's positive control and is never a defence.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import PrivauditorError
+from .registry import unknown_name_message
+
+#: bump whenever a change to DP training alters the weights it trains (part of every DP cell id)
+DP_VERSION = 1
+DEFENCES = ("none", "dp")
+#: Rényi orders for both accountants' optimisation (opacus's default stops at 63, too low for ε = 1)
+ORDERS = tuple(1 + x / 10.0 for x in range(1, 100)) + tuple(float(a) for a in range(11, 257))
+
+
+@dataclass(frozen=True)
+class DPSettings:
+    """``defence_params.dp``."""
+
+    epsilon: float = 8.0  # the target ε, spent by the last step
+    delta: float | None = None  # None: 1 / (10 · trained records)
+    max_grad_norm: float = 1.0  # the per-record clipping norm C
+    noise: bool = True  # false: clip only, still claiming epsilon (the audit's positive control)
+
+    def __post_init__(self) -> None:
+        if not self.epsilon > 0 or not math.isfinite(self.epsilon):
+            raise PrivauditorError(f"defence_params.dp.epsilon must be a number > 0, not {self.epsilon!r}")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise PrivauditorError(
+                f"defence_params.dp.delta must lie in (0, 1) or be null, not {self.delta!r}"
+            )
+        if not self.max_grad_norm > 0:
+            raise PrivauditorError(
+                f"defence_params.dp.max_grad_norm must be a number > 0, not {self.max_grad_norm!r}"
+            )
+
+
+def check_defence(name: str) -> None:
+    if name not in DEFENCES:
+        raise PrivauditorError(unknown_name_message("defence", name, list(DEFENCES)))
+
+
+def default_delta(trained: int) -> float:
+    """δ when none is set: 1 / (10 · trained records), below 1 / records as DP's meaning asks."""
+    return 1.0 / (10 * max(1, trained))
+
+
+def resolve_dp(params: dict[str, Any] | None, trained: int) -> dict[str, Any]:
+    """``defence_params.dp`` with every default filled in, δ included."""
+    from .settings import build
+
+    settings = build(DPSettings, params, "defence_params.dp")
+    delta = default_delta(trained) if settings.delta is None else settings.delta
+    return {"epsilon": settings.epsilon, "delta": delta, "max_grad_norm": settings.max_grad_norm,
+            "noise": settings.noise, "version": DP_VERSION}  # fmt: skip
+
+
+def unsupported_reason(technique: Any, workers: int, deepspeed: Any) -> str | None:
+    """Why DP-SGD cannot train this cell (None: it can)."""
+    if not technique.trains:
+        return f"dp: {technique.name} trains nothing, so there is no gradient to privatise"
+    if workers > 1 or deepspeed is not None:
+        return "dp trains in one process: DeepSpeed and train.workers > 1 are not supported with it"
+    return None
+
+
+def _rdp_accountant(sigma: float, q: float, steps: int) -> Any:
+    from opacus.accountants import RDPAccountant
+
+    accountant = RDPAccountant()
+    accountant.history = [(sigma, q, steps)]
+    return accountant
+
+
+def spent_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
+    """ε spent after ``steps`` Poisson-sampled Gaussian steps (opacus's RDP accountant)."""
+    if steps == 0:
+        return 0.0
+    if sigma == 0:
+        return math.inf
+    with warnings.catch_warnings():  # "optimal order is the largest alpha": a valid, looser bound
+        warnings.simplefilter("ignore", UserWarning)
+        return float(_rdp_accountant(sigma, q, steps).get_epsilon(delta, alphas=list(ORDERS)))
+
+
+def noise_multiplier(epsilon: float, delta: float, q: float, steps: int) -> float:
+    """The σ whose ``steps`` steps at sampling rate ``q`` spend ``epsilon`` at ``delta`` (opacus)."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return float(get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=q,
+                                          steps=steps, accountant="rdp", epsilon_tolerance=0.005,
+                                          alphas=list(ORDERS)))  # fmt: skip
+
+
+def rdp_epsilon(sigma: float, q: float, steps: int, delta: float, orders: range = range(2, 257)) -> float:
+    """A second accountant, without opacus: the sampled Gaussian's Rényi DP at integer orders α,
+    log Σₖ C(α, k) (1 − q)^(α − k) qᵏ exp((k² − k) / (2σ²)) / (α − 1) per step (Mironov, Talwar and Zhang
+    2019, §3.3), composed over ``steps`` and converted to (ε, δ) by Balle et al. 2020's Theorem 21."""
+    if steps == 0:
+        return 0.0
+    best = math.inf
+    for alpha in orders:
+        terms = [
+            math.lgamma(alpha + 1) - math.lgamma(k + 1) - math.lgamma(alpha - k + 1)
+            + (alpha - k) * math.log1p(-q) + k * math.log(q) + (k * k - k) / (2 * sigma**2)
+            for k in range(alpha + 1)
+        ]  # fmt: skip
+        top = max(terms)
+        rdp = steps * (top + math.log(sum(math.exp(t - top) for t in terms))) / (alpha - 1)
+        eps = rdp + math.log1p(-1 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1)
+        best = min(best, eps)
+    return max(0.0, best)
+
+
+@dataclass(frozen=True)
+class Privacy:
+    """One DP run's calibration: what :func:`privauditor.tasks.training.train` needs and ``cell.json``
+    records."""
+
+    epsilon: float
+    delta: float
+    max_grad_norm: float
+    noise: bool
+    records: int  # trained records (repeats counted)
+    batch_size: int
+    epochs: int
+    seed: int
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return -(-self.records // self.batch_size)
+
+    @property
+    def sample_rate(self) -> float:
+        return min(1.0, self.batch_size / self.records)
+
+    @property
+    def sigma(self) -> float:
+        return noise_multiplier(
+            self.epsilon, self.delta, self.sample_rate, self.steps_per_epoch * self.epochs
+        )
+
+    @classmethod
+    def of(cls, params: dict[str, Any], records: int, batch_size: int, epochs: int, seed: int) -> Privacy:
+        return cls(params["epsilon"], params["delta"], params["max_grad_norm"], params["noise"], records,
+                   batch_size, epochs, seed)  # fmt: skip
+
+    def spent(self, step: int, sigma: float) -> float:
+        """ε spent after ``step`` steps."""
+        return spent_epsilon(sigma, self.sample_rate, step, self.delta)
+
+    def sampler(self) -> Any:
+        """``sampler(epoch)``: that epoch's Poisson batches (lists of record indices, possibly empty)."""
+        import torch
+
+        generator = torch.Generator().manual_seed(self.seed)
+
+        def batches(epoch: int) -> list[list[int]]:
+            draws = torch.rand(self.steps_per_epoch, self.records, generator=generator) < self.sample_rate
+            return [row.nonzero().flatten().tolist() for row in draws]
+
+        return batches
+
+    def make_step(self, sigma: float, seq2seq: bool) -> Any:
+        """A ``make_step`` for :func:`~privauditor.tasks.training.train` (see :class:`DPStep`)."""
+
+        def make(model: Any, parameters: list[Any], lr: float, warmup: int) -> DPStep:
+            applied = sigma if self.noise else 0.0
+            return DPStep(model, parameters, lr, warmup, applied, self.max_grad_norm,
+                          self.batch_size, seq2seq, self.seed)  # fmt: skip
+
+        return make
+
+    def record(self, sigma: float, steps: int) -> dict[str, Any]:
+        """The ``defence`` block of ``cell.json``."""
+        import opacus
+
+        return {
+            "name": "dp",
+            "epsilon_target": self.epsilon,
+            "epsilon": self.spent(steps, sigma),
+            "epsilon_second_accountant": rdp_epsilon(sigma, self.sample_rate, steps, self.delta),
+            "delta": self.delta,
+            "noise_multiplier": sigma,
+            "noise_applied": self.noise,
+            "max_grad_norm": self.max_grad_norm,
+            "sample_rate": self.sample_rate,
+            "steps": steps,
+            "accountant": f"rdp (opacus {opacus.__version__})",
+        }
+
+
+class DPStep:
+    """One DP-SGD step: per-record gradients of the Poisson batch, opacus's clipping, noise and scaling,
+    then AdamW (warm-up then a constant rate, as :class:`~privauditor.tasks.training.LocalStep`)."""
+
+    def __init__(self, model: Any, parameters: list[Any], lr: float, warmup: int, sigma: float,
+                 max_grad_norm: float, expected_batch: int, seq2seq: bool, seed: int) -> None:  # fmt: skip
+        import torch
+        from opacus.optimizers import DPOptimizer
+
+        from .training import warmup_then_constant
+
+        self.model, self.seq2seq = model, seq2seq
+        names = {id(p): n for n, p in model.named_parameters()}
+        self.params = {names[id(p)]: p for p in parameters}
+        self.layouts: dict[Any, Any] = {}
+        inner = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+        self.optimizer = DPOptimizer(
+            inner, noise_multiplier=sigma, max_grad_norm=max_grad_norm, expected_batch_size=expected_batch,
+            generator=torch.Generator().manual_seed(seed + 1),
+        )  # fmt: skip
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(inner, warmup_then_constant(warmup))
+
+    def grad_samples(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """Per record of ``batch``: each trainable tensor's gradient, and the record's loss."""
+        from .gradients import per_sample_gradients, target_nll
+
+        losses = []
+
+        def loss_fn(model: Any, rows: dict[str, Any]) -> Any:
+            found = target_nll(model, rows, self.seq2seq)
+            losses.append(found.detach())
+            return found
+
+        self.model.eval()  # no dropout: per-record gradients recompute the modules' forwards
+        grads = per_sample_gradients(self.model, batch, loss_fn, self.params, self.layouts)
+        return grads, losses[0]
+
+    def __call__(self, batch: dict[str, Any], weight: float) -> Any:
+        import torch
+
+        grads, losses = self.grad_samples(batch)
+        labels = batch["labels"] if self.seq2seq else batch["labels"][:, 1:]
+        tokens = (labels != -100).sum(1).to(losses.dtype)
+        self.optimizer.zero_grad(set_to_none=True)
+        for name, p in self.params.items():  # an empty Poisson batch (weight 0) keeps no record
+            p.grad_sample = grads[name].to(p.dtype) if weight else grads[name][:0].to(p.dtype)
+        self.optimizer.step()
+        self.scheduler.step()
+        return (losses * tokens).sum() / tokens.sum().clamp_min(1) if weight else torch.tensor(0.0)

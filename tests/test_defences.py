@@ -1,0 +1,86 @@
+"""A small ``defences`` sweep on the canary setting (tiny-gpt2, full fine-tuning, 16 members, 4 of them
+trained four times, 40 epochs): without a defence the LOSS attack finds the members, DP-SGD at ε = 1 leaves it at chance, a run that
+claims DP with the noise switched off is caught by the empirical audit, and members trained four times
+score above those trained once. The control claims ε = 0.1: the audit can only contradict a claim below
+its ceiling, which 12 singletons and 16 non-members put at about 0.43."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from privauditor.orchestrator.cli import main
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+SWEEP = {
+    "name": "defences-canary",
+    "matrix": {
+        "model": ["tiny-gpt2"],
+        "adaptation": ["full"],
+        "dataset": ["finance"],
+        "defence": ["none", {"dp": {"epsilon": 1}}, {"dp": {"epsilon": 0.1, "noise": False}}],
+    },
+    "attacks": ["loss", "zlib"],
+    "split": {"members": 16, "nonmembers": 16, "validation": 8, "repeated": 0.25, "repeats": 4},
+    "train": {"checkpoints": [10, 40], "lr": 0.003},
+    "run": {"cpus_per_trial": 1, "max_failures": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    ray = pytest.importorskip("ray")
+    folder = tmp_path_factory.mktemp("defences")
+    path = folder / "sweep.yaml"
+    path.write_text(yaml.safe_dump(SWEEP))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        assert main(["run", str(path), "--out", str(folder / "out")]) == 0
+    finally:
+        ray.shutdown()
+    assert main(["report", str(folder / "out")]) == 0
+    rows = pq.read_table(folder / "out" / "leaderboard.parquet").to_pylist()
+    return folder / "out", {(r["cell_id"].split("__")[1], r["epoch"], r["attack"]): r for r in rows}
+
+
+def test_dp_at_epsilon_one_leaves_the_canary_at_chance(swept):
+    out, rows = swept
+    plain, private = rows[("full", 40, "loss")], rows[("full+dp-e1", 40, "loss")]
+    assert plain["auc"] >= 0.95 and plain["defence"] == "none" and plain["epsilon"] is None
+    assert private["auc_ci_low"] <= 0.5 <= private["auc_ci_high"], private["auc"]
+    assert private["defence"] == "dp" and private["epsilon_target"] == 1.0
+    assert 0.97 <= private["epsilon"] <= 1.0 and rows[("full+dp-e1", 10, "loss")]["epsilon"] < 0.5
+    assert private["eps_ceiling"] > 0 and not private["dp_violation"]
+    record = json.loads((out / "cells" / private["cell_id"] / "cell.json").read_text())["defence"]
+    assert abs(record["epsilon_second_accountant"] / record["epsilon"] - 1) < 0.05
+    assert record["noise_multiplier"] > 1 and record["accountant"].startswith("rdp (opacus")
+    findings = (out / "findings.md").read_text()
+    ceiling = f"{private['eps_ceiling']:.3f}"
+    assert "## Defences" in findings and f"- ({ceiling})" in findings  # no bound at ε = 1, and its ceiling
+
+
+def test_the_audit_catches_dp_claimed_without_noise(swept):
+    out, rows = swept
+    control = rows[("full+dp-e0.1-nonoise", 40, "loss")]
+    assert control["auc"] >= 0.95 and control["dp_violation"]
+    assert control["eps_lower"] > control["epsilon"] and control["epsilon"] <= 0.1
+    findings = (out / "findings.md").read_text()
+    assert "## DP violations" in findings and f"`{control['cell_id']}` epoch 40, `loss`" in findings
+    assert not any(r["dp_violation"] for k, r in rows.items() if "nonoise" not in k[0])
+
+
+def test_members_trained_four_times_score_above_singletons(swept):
+    out, rows = swept
+    early = rows[("full", 10, "loss")]
+    assert early["auc_repeated_vs_singleton"] >= 0.9
+    record = json.loads((out / "cells" / early["cell_id"] / "cell.json").read_text())
+    assert sorted(record["repeats"].values()) == [4] * 4
+    metrics = json.loads(
+        (out / "cells" / early["cell_id"] / "checkpoints" / "epoch-10" / "metrics.json").read_text()
+    )
+    assert metrics["loss"]["n_members"] == 16 and set(metrics["loss"]["auc_by_repeats"]) == {"1", "4"}
+    assert "## Duplication" in (out / "findings.md").read_text()
