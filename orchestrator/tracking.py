@@ -71,7 +71,7 @@ def log_cell(
 
 def checkpoint_report(checkpoint: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     """What a trial reports (and a W&B run logs) for one checkpoint: epoch, step, utility, each attack's
-    AUC and the highest."""
+    AUC and the highest, and for a DP run the ε spent."""
     aucs = {f"{attack}/auc": m["auc"] for attack, m in metrics.items() if "auc" in m}
     return {
         "epoch": checkpoint["epoch"],
@@ -80,7 +80,7 @@ def checkpoint_report(checkpoint: dict[str, Any], metrics: dict[str, Any]) -> di
         "utility_loss": checkpoint["utility_loss"],
         "max_auc": max(aucs.values()) if aucs else float("nan"),
         **aucs,
-    }
+    } | ({"epsilon": checkpoint["epsilon"]} if "epsilon" in checkpoint else {})
 
 
 def log_leaderboard(settings: Any, sweep_name: str, out: Path, rows: list[dict[str, Any]]) -> None:

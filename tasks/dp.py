@@ -130,6 +130,9 @@ def rdp_epsilon(sigma: float, q: float, steps: int, delta: float, orders: range 
         return 0.0
     best = math.inf
     for alpha in orders:
+        if q >= 1:  # every record in every step: the Gaussian mechanism's own α / (2σ²)
+            best = min(best, _to_epsilon(steps * alpha / (2 * sigma**2), alpha, delta))
+            continue
         terms = [
             math.lgamma(alpha + 1) - math.lgamma(k + 1) - math.lgamma(alpha - k + 1)
             + (alpha - k) * math.log1p(-q) + k * math.log(q) + (k * k - k) / (2 * sigma**2)
@@ -137,9 +140,13 @@ def rdp_epsilon(sigma: float, q: float, steps: int, delta: float, orders: range 
         ]  # fmt: skip
         top = max(terms)
         rdp = steps * (top + math.log(sum(math.exp(t - top) for t in terms))) / (alpha - 1)
-        eps = rdp + math.log1p(-1 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1)
-        best = min(best, eps)
+        best = min(best, _to_epsilon(rdp, alpha, delta))
     return max(0.0, best)
+
+
+def _to_epsilon(rdp: float, alpha: int, delta: float) -> float:
+    """(α, rdp)-RDP as (ε, δ)-DP (Balle et al. 2020, Theorem 21)."""
+    return rdp + math.log1p(-1 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1)
 
 
 @dataclass(frozen=True)
