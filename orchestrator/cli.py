@@ -10,6 +10,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -67,6 +68,14 @@ def _cell(args: argparse.Namespace) -> int:
         print(tables.checkpoints_table(audited))
         print(f"last checkpoint (epoch {audited[-1][0]['epoch']}):")
     print(tables.metrics_table(outcome.metrics))
+    last = audited[-1][0]
+    if "epsilon" in last:
+        defence = json.loads((outcome.path / "cell.json").read_text())["defence"]
+        print(f"DP-SGD: eps spent {last['epsilon']:.3f} of {defence['epsilon_target']:g} at delta "
+              f"{defence['delta']:.2g} (noise multiplier {defence['noise_multiplier']:.3f}, "
+              f"{'noise added' if defence['noise_applied'] else 'NO NOISE: the audit control'})")  # fmt: skip
+        for attack in last["dp_violations"]:
+            print(f"DP VIOLATION: {attack}'s empirical bound exceeds the eps spent: a bug", file=sys.stderr)
     png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     print(f"ROC (log-log): {png}")
     return 0

@@ -86,11 +86,12 @@ def metrics_table(metrics: dict) -> str:
     rows = []
     for name, m in metrics.items():
         if "skipped" in m:
-            rows.append([name, "skipped", m["skipped"], "", ""])
+            rows.append([name, "skipped", m["skipped"], "", "", ""])
             continue
         ci = f"[{m['auc_ci'][0]:.3f}, {m['auc_ci'][1]:.3f}]"
-        rows.append([name, fmt(m["auc"]), ci, fmt(m["tpr_at_0.1pct_fpr"]), fmt(m["tpr_at_1pct_fpr"])])
-    return render(["attack", "AUC", "95% CI", "TPR@0.1%FPR", "TPR@1%FPR"], rows)
+        bound = f"{fmt(m.get('eps_lower'))} ({fmt(m.get('eps_ceiling'))})" if "eps_ceiling" in m else "-"
+        rows.append([name, fmt(m["auc"]), ci, fmt(m["tpr_at_0.1pct_fpr"]), fmt(m["tpr_at_1pct_fpr"]), bound])
+    return render(["attack", "AUC", "95% CI", "TPR@0.1%FPR", "TPR@1%FPR", "eps >= (ceiling)"], rows)
 
 
 def checkpoints_table(audited: list) -> str:

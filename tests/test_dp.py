@@ -80,7 +80,9 @@ def test_noise_has_the_calibrated_scale():
     assert abs(float(noise.std()) / (2.0 * 0.5) - 1) < 0.05 and abs(float(noise.mean())) < 0.05
 
 
-@pytest.mark.parametrize(("epsilon", "q", "epochs"), [(1.0, 8 / 36, 80), (8.0, 8 / 36, 80), (4.0, 0.01, 30), (8.0, 1.0, 10)])
+@pytest.mark.parametrize(
+    ("epsilon", "q", "epochs"), [(1.0, 8 / 36, 80), (8.0, 8 / 36, 80), (4.0, 0.01, 30), (8.0, 1.0, 10)]
+)
 def test_calibrated_sigma_spends_the_target_and_a_second_accountant_agrees(epsilon, q, epochs):
     steps = round(epochs / q)
     delta = 1e-5
