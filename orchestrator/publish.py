@@ -24,8 +24,8 @@ from privauditor.tasks.signals import write_json
 
 #: the parts of a cell's ``cell.json`` that are published (``runtime`` names machines; it stays home)
 PROVENANCE_KEYS = (
-    "cell_id", "config", "model", "provenance", "trainable_params", "train", "utility_loss", "device",
-    "n_members", "n_nonmembers", "timings", "versions",
+    "cell_id", "config", "model", "provenance", "trainable_params", "train", "defence", "utility_loss",
+    "device", "n_members", "n_nonmembers", "timings", "versions",
 )  # fmt: skip
 MARKER = "published.json"
 
