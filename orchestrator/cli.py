@@ -291,6 +291,10 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--to", help="export folder (default: DIR/public)")
     publish.add_argument("--wandb-project", help="also log the leaderboard table to this W&B project")
     publish.set_defaults(handler=_publish)
+
+    from .board.cli import register
+
+    register(commands)
     return parser
 
 

@@ -14,6 +14,10 @@ Defences: ``defence`` (``none``, ``dp``), ``epsilon`` (the ε a DP checkpoint ha
 (:mod:`privauditor.tasks.lower_bound`); ``dp_violation`` is true where the bound exceeds the spent ε: a
 bug in DP training or accounting. ``auc_repeated_vs_singleton``: with duplication, how the score ranks
 members trained several times above those trained once.
+
+Board: ``setting`` hashes the cell's resolved spec without its seed (cells of one setting differ only in
+seed), and ``runs`` is how many runs' records a row averages (1 in a results folder; a board's cell rows,
+:mod:`privauditor.orchestrator.board.merge`, have the same columns).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from privauditor.tasks.faults import point
 from privauditor.tasks.signals import atomic_write
 from privauditor.tasks.spec import CellSpec
 
+from .board.records import setting_of
 from .summary import SUMMARY_HEADER, summary
 
 COLUMNS = [
@@ -58,6 +63,8 @@ COLUMNS = [
     "eps_ceiling",
     "dp_violation",
     "auc_repeated_vs_singleton",
+    "setting",
+    "runs",
 ]
 
 
@@ -108,6 +115,8 @@ def _row(
         "eps_ceiling": m.get("eps_ceiling"),
         "dp_violation": attack in checkpoint.get("dp_violations", []),
         "auc_repeated_vs_singleton": m.get("auc_repeated_vs_singleton"),
+        "setting": setting_of(record["config"]),
+        "runs": 1,
     }
 
 
@@ -211,5 +220,6 @@ def _schema():
         "n_nonmembers": pa.int64(),
         "trainable_params": pa.int64(),
     }
-    strings = {"cell_id", "model", "adaptation", "dataset", "attack", "access", "defence"}
+    types["runs"] = pa.int64()
+    strings = {"cell_id", "model", "adaptation", "dataset", "attack", "access", "defence", "setting"}
     return pa.schema([(c, pa.string() if c in strings else types.get(c, pa.float64())) for c in COLUMNS])

@@ -3,7 +3,7 @@
 What goes out: the leaderboard (``leaderboard.parquet/.csv/.md/.html``: per (cell, attack) aggregates,
 the contract columns), ``plots/`` (the cells' ROC images), ``provenance.json`` (per cell: resolved
 settings, package versions, split and adaptation hashes, training figures, timings) and
-``published.json``. What never goes out: sample text, sample ids, token ids, per-sample signals or
+``published.json``. The same results give the same bytes (no time of publishing is written). What never goes out: sample text, sample ids, token ids, per-sample signals or
 scores, neighbour texts, split id lists, adapter weights, W&B run files. The folder is built beside the
 target and renamed into place, so nobody reads half of it; a target that is not an earlier publish
 folder is refused, not overwritten. ``--wandb-project`` also logs the leaderboard as a W&B table (mode
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from privauditor.tasks.signals import write_json
 #: the parts of a cell's ``cell.json`` that are published (``runtime`` names machines; it stays home)
 PROVENANCE_KEYS = (
     "cell_id", "config", "model", "provenance", "trainable_params", "train", "defence", "utility_loss",
-    "device", "n_members", "n_nonmembers", "timings", "versions",
+    "device", "hardware", "n_members", "n_nonmembers", "timings", "versions",
 )  # fmt: skip
 MARKER = "published.json"
 
@@ -56,10 +55,7 @@ def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[d
         record = json.loads((results / "cells" / cell_id / "cell.json").read_text())
         provenance[cell_id] = {k: record[k] for k in PROVENANCE_KEYS if k in record}
     write_json(tmp / "provenance.json", {"cells": provenance})
-    write_json(tmp / MARKER, {
-        "results": results.name, "cells": len(cells), "rows": len(found),
-        "published": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    })  # fmt: skip
+    write_json(tmp / MARKER, {"results": results.name, "cells": len(cells), "rows": len(found)})
     if to.exists():
         shutil.rmtree(to)
     os.replace(tmp, to)

@@ -24,6 +24,7 @@ import logging
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -72,19 +73,55 @@ def check_results_dir(out: Path) -> None:
         raise PrivauditorError(f"results folder {out} is a file, not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(marker, {"results_format": RESULTS_FORMAT})
+        # run_id: this folder's identity on a board (a rerun elsewhere is another run)
+        write_json(marker, {"results_format": RESULTS_FORMAT, "run_id": uuid.uuid4().hex})
     except OSError as exc:
         raise PrivauditorError(f"cannot write results to {out}: {exc.strerror or exc}") from None
 
 
 def versions() -> dict[str, str]:
+    """Python's and the packages' versions, and privauditor's git revision where it runs from a checkout
+    (``+dirty`` with uncommitted changes to tracked files)."""
     found = {"python": sys.version.split()[0]}
     for name in PACKAGES:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    return found
+    revision = git_revision()
+    return found | ({"privauditor_git": revision} if revision else {})
+
+
+def git_revision() -> str | None:
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def hardware(device: str) -> dict[str, Any]:
+    """What the numbers ran on, without naming the machine: device, accelerator model, CPU count."""
+    import os
+    import platform
+
+    import torch
+
+    accelerator = (
+        torch.cuda.get_device_name(0) if device.startswith("cuda") and torch.cuda.is_available() else None
+    )
+    return {"device": device, "accelerator": accelerator, "cpus": os.cpu_count(), "arch": platform.machine()}
 
 
 def directory_hash(path: Path) -> str:
@@ -146,6 +183,7 @@ def run_cell(cell: CellConfig | CellSpec, out: Path, env: CellEnvironment = Cell
     in_cell(cell_id)
     with limit(env.timeout_s):
         record = execute(spec, cell_id, cell_dir, out / "shared", _Clock(), env)
+    record["hardware"] = hardware(record["device"])
     write_json(cell_dir / "cell.json", record | {"versions": versions(), "runtime": env.runtime})
     write_json(
         cell_dir / "DONE",

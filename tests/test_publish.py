@@ -70,8 +70,14 @@ def test_published_folder_and_wandb_files_hold_no_sample_text(tmp_path, monkeypa
     provenance = json.loads((public / "provenance.json").read_text())["cells"][cell_dir.name]
     assert "runtime" not in provenance and provenance["provenance"]["split"]
 
-    # publishing again replaces the export; a folder that is not an export is never overwritten
+    # publishing again replaces the export with the same bytes; a folder that is not an export is never
+    # overwritten
+    def files(folder):
+        return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+    first = {p: data for p, data in files(public).items() if p.parts[0] != "wandb"}
     assert main(["publish", str(out), "--to", str(public)]) == 0 and not (public / "wandb").exists()
+    assert files(public) == first
     capsys.readouterr()
     assert main(["publish", str(out), "--to", str(out / "cells")]) == 2
     assert "not an earlier publish folder" in capsys.readouterr().err

@@ -1,0 +1,76 @@
+"""``privauditor board add | check | build | release``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _add(args: argparse.Namespace) -> int:
+    from .check import add
+
+    written, there = add(args.results, args.store, args.supersedes)
+    print(f"{args.store}: {written} records added, {there} already there")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .check import check
+    from .store import Store
+
+    store = Store(args.store)
+    records, found = check(store)
+    for line in found:
+        print(line, file=sys.stderr)
+    print(f"{args.store}: {len(records)} valid records, {len(found)} problems")
+    return 1 if found else 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from .site import build
+
+    now = build(args.store, args.out)
+    counts = now["counts"]
+    print(f"board: {counts['records']} records from {counts['runs']} runs, {counts['settings']} settings, "
+          f"{counts['rows']} setting rows: {args.out}/index.html")  # fmt: skip
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from .history import release
+
+    manifest = release(args.store, args.name, args.wandb_project, args.wandb_dir)
+    after = f" after {manifest['previous']}" if manifest["previous"] else ""
+    print(f"release {manifest['name']} (number {manifest['sequence']}{after}): {manifest['counts']['records']} records, "
+          f"{manifest['counts']['rows']} setting rows")  # fmt: skip
+    return 0
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    board = commands.add_parser(
+        "board", help="a results store many runs merge into: add, check, build the site, release"
+    )
+    actions = board.add_subparsers(dest="board_command", required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="add a results folder's records (aggregates and provenance only)")
+    add.add_argument("results", help="results folder (or object-store URI)")
+    add.add_argument("store", help="store folder (created if new) or pyarrow.fs URI (s3://, gs://, file://)")
+    add.add_argument(
+        "--supersedes", action="append", metavar="KEY_OR_RUN",
+        help="a record key, or a run id, whose records these correct (same model, technique, dataset, seed, epoch)",
+    )  # fmt: skip
+    add.set_defaults(handler=_add)
+    check = actions.add_parser(
+        "check", help="validate every record; exit 1 on any problem (for a store's CI)"
+    )
+    check.add_argument("store")
+    check.set_defaults(handler=_check)
+    build = actions.add_parser("build", help="validate, merge runs and seeds, write tables and the HTML site")
+    build.add_argument("store")
+    build.add_argument("--out", required=True, help="site folder (replaced if it is an earlier site)")
+    build.set_defaults(handler=_build)
+    release = actions.add_parser("release", help="write a release manifest (the history page compares them)")
+    release.add_argument("store")
+    release.add_argument("name", help="release name, used once (letters, digits, . _ -)")
+    release.add_argument("--wandb-project", help="also log the board as a W&B table and artifact version")
+    release.add_argument("--wandb-dir", help="where W&B writes its files (default: here)")
+    release.set_defaults(handler=_release)

@@ -1,0 +1,223 @@
+"""Board records: one immutable JSON document per (cell, checkpoint) of a results folder.
+
+A record holds aggregates and provenance only: the leaderboard's per-cell fields, per attack the
+metrics (AUC and its CI, TPRs, counts, the empirical ε bound, duplication's AUC), and where the numbers
+came from (package versions and git revision, the resolved spec, split and adapter hashes, hardware,
+wall times). No sample text, ids, token ids, per-sample scores or ROC points, and no time of adding, so
+the same results always give the same bytes (:func:`canonical`).
+
+Its ``key`` hashes the cell's definition (its resolved spec) and the run it came from (the results
+folder's ``run_id`` in ``privauditor.json``, the cell id and the checkpoint's epoch): adding a folder
+again finds the same keys and the same bytes. ``setting`` hashes the spec without its seed, so cells
+that differ only in seed share a setting (the board aggregates them), and cells with the same id from
+different runs are replicas of one sample.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from pathlib import Path
+from typing import Any
+
+from privauditor.tasks.cache import stable_hash
+from privauditor.tasks.errors import PrivauditorError
+
+FORMAT = "privauditor-board-record"
+SCHEMA_VERSION = 1
+#: a record's fields (every one present; ``None`` where it does not apply)
+FIELDS = (
+    "format", "schema_version", "key", "run", "cell_id", "setting", "model", "adaptation", "dataset",
+    "seed", "defence", "epsilon_target", "epoch", "step", "best", "utility_loss", "epsilon",
+    "trainable_params", "train_seconds", "attacks", "provenance", "supersedes",
+)  # fmt: skip
+#: per attack
+ATTACK_FIELDS = (
+    "access", "auc", "auc_ci_low", "auc_ci_high", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members",
+    "n_nonmembers", "delta", "eps_lower", "eps_ceiling", "dp_violation", "auc_repeated_vs_singleton",
+)  # fmt: skip
+PROVENANCE_FIELDS = (
+    "versions", "results_format", "spec", "split", "adaptation_hash", "hardware", "timings", "train",
+    "defence",
+)  # fmt: skip
+#: names that would carry per-sample data: a record with one is refused with this reason
+PER_SAMPLE = {
+    "sample_id", "sample_ids", "ids", "token_ids", "logp", "mu", "sigma", "score", "scores", "text",
+    "texts", "prompt", "target", "roc", "neighbours",
+}  # fmt: skip
+
+
+def canonical(record: dict[str, Any]) -> bytes:
+    """The one byte form of a record: sorted keys, no spaces, ASCII, NaN as null, a final newline."""
+    return (
+        json.dumps(_finite(record), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+    ).encode()
+
+
+def content_hash(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def setting_of(spec: dict[str, Any]) -> str:
+    """The hash of a resolved spec without its seed: what cells of different seeds share."""
+    return stable_hash({k: v for k, v in spec.items() if k != "seed"}, 16)
+
+
+def record_key(spec: dict[str, Any], run: str, cell_id: str, epoch: int | None) -> str:
+    return stable_hash({"cell": stable_hash(spec, 64), "run": run, "cell_id": cell_id, "epoch": epoch}, 32)
+
+
+def run_id(results: Any) -> str:
+    """The results folder's run id (``privauditor.json``), given to a folder written before run ids."""
+    from privauditor.tasks.signals import write_json
+
+    marker = results.local / "privauditor.json"
+    if not results.fetch("privauditor.json"):
+        raise PrivauditorError(f"{results.uri} has no privauditor.json: not a results folder")
+    found = json.loads(marker.read_text())
+    if not found.get("run_id"):
+        write_json(marker, found | {"run_id": uuid.uuid4().hex})
+        results.upload("privauditor.json")
+        found = json.loads(marker.read_text())
+    return found["run_id"]
+
+
+def from_results(location: str | Path, supersedes: dict[tuple, str] | None = None) -> list[dict[str, Any]]:
+    """Every record of a results folder (a path or an object-store URI), in cell and epoch order.
+    ``supersedes`` maps (model, technique, dataset, seed, epoch) to the key of a record these replace."""
+    from privauditor.orchestrator.leaderboard import rows
+    from privauditor.orchestrator.storage import Results
+    from privauditor.tasks.cell import check_results_dir
+
+    results = Results.at(location)
+    if not results.remote and not (results.local / "cells").is_dir():
+        raise PrivauditorError(f"{location} is not a results folder (no cells/ inside)")
+    run = run_id(results)
+    check_results_dir(results.local)
+    results.pull_summaries()
+    by_cell: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for row in rows(results.local):
+        by_cell.setdefault((row["cell_id"], row["epoch"]), []).append(row)
+    records = []
+    for (cell_id, epoch), found in by_cell.items():
+        cell = json.loads((results.local / "cells" / cell_id / "cell.json").read_text())
+        checkpoint = next(c for c in cell["checkpoints"] if c["epoch"] == epoch)
+        record = _record(run, cell, checkpoint, found)
+        named = (supersedes or {}).get(identity(record))
+        record["supersedes"] = [named] if named else []
+        records.append(record)
+    return records
+
+
+def _record(run: str, cell: dict[str, Any], checkpoint: dict[str, Any], found: list[dict]) -> dict[str, Any]:
+    first, spec = found[0], cell["config"]
+    record = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "run": run, "setting": setting_of(spec)}
+    record |= {k: first[k] for k in FIELDS if k in first}
+    record["attacks"] = {r["attack"]: {k: r[k] for k in ATTACK_FIELDS} for r in found}
+    record["provenance"] = {
+        "versions": cell.get("versions", {}),
+        "results_format": cell["provenance"].get("results_format"),
+        "spec": spec,
+        "split": cell["provenance"]["split"],
+        "adaptation_hash": checkpoint.get("adaptation_hash"),
+        "hardware": cell.get("hardware") or {"device": cell.get("device")},
+        "timings": cell.get("timings", {}),
+        "train": cell.get("train", {}),
+        "defence": cell.get("defence", {"name": "none"}),
+    }
+    record["key"] = record_key(spec, run, cell["cell_id"], checkpoint["epoch"])
+    return record
+
+
+def identity(record: dict[str, Any]) -> tuple:
+    """What a correction must share with the record it supersedes: the same cell at the same epoch,
+    up to the settings a fix may change."""
+    technique = record["cell_id"].split("__")[1]
+    return (record["model"], technique, record["dataset"], record["seed"], record["epoch"])
+
+
+def rows_of(record: dict[str, Any], runs: int = 1) -> list[dict[str, Any]]:
+    """The record as leaderboard rows (:data:`privauditor.orchestrator.leaderboard.COLUMNS`)."""
+    from privauditor.orchestrator.leaderboard import COLUMNS
+
+    cell = {k: record[k] for k in FIELDS if k in COLUMNS} | {"runs": runs}
+    return [
+        {c: ({"attack": attack} | cell | metrics).get(c) for c in COLUMNS}
+        for attack, metrics in sorted(record["attacks"].items())
+    ]
+
+
+def problems(record: Any, path: str = "") -> list[str]:
+    """What is wrong with one record, one line each (empty: a valid record)."""
+    where = f"{path}: " if path else ""
+    if not isinstance(record, dict):
+        return [f"{where}a record is a JSON object"]
+    if record.get("format") != FORMAT or record.get("schema_version") != SCHEMA_VERSION:
+        return [
+            f"{where}schema {record.get('format')!r} version {record.get('schema_version')!r} is not "
+            f"{FORMAT!r} version {SCHEMA_VERSION}, the one this privauditor reads"
+        ]
+    found = _fields(record, FIELDS, where, "")
+    attacks = record.get("attacks")
+    if not isinstance(attacks, dict) or not attacks:
+        found.append(f"{where}no attack results")
+    else:
+        for name, metrics in attacks.items():
+            found += _fields(metrics, ATTACK_FIELDS, where, f"attacks.{name}.")
+            auc = metrics.get("auc") if isinstance(metrics, dict) else None
+            if not isinstance(auc, int | float) or not 0 <= auc <= 1:
+                found.append(f"{where}attacks.{name}.auc is {auc!r}, not a number in [0, 1]")
+    provenance = record.get("provenance")
+    found += _fields(provenance, PROVENANCE_FIELDS, where, "provenance.")
+    found += [f"{where}per-sample field provenance.{p}" for p in _per_sample(provenance)]
+    if isinstance(provenance, dict) and not found:
+        if not (provenance["versions"] or {}).get("privauditor"):
+            found.append(f"{where}provenance.versions names no privauditor version")
+        if not provenance["split"]:
+            found.append(f"{where}provenance.split holds no split hashes")
+        spec = provenance["spec"]
+        expected = record_key(spec, record["run"], record["cell_id"], record["epoch"])
+        if record["key"] != expected:
+            found.append(
+                f"{where}key {record['key']} is not the hash of its spec, run, cell and epoch ({expected})"
+            )
+        if record["setting"] != setting_of(spec):
+            found.append(f"{where}setting {record['setting']} is not the hash of its spec without the seed")
+    if not isinstance(record.get("supersedes"), list):
+        found.append(f"{where}supersedes is a list of record keys")
+    return found
+
+
+def _fields(found: Any, expected: tuple[str, ...], where: str, prefix: str) -> list[str]:
+    if not isinstance(found, dict):
+        return [f"{where}{prefix.rstrip('.') or 'record'} is not an object"]
+    lines = []
+    for name in sorted(set(found) - set(expected)):
+        kind = "per-sample field" if name in PER_SAMPLE else "unknown field"
+        lines.append(f"{where}{kind} {prefix}{name}: a board record holds aggregates and provenance only")
+    return lines + [f"{where}missing field {prefix}{name}" for name in expected if name not in found]
+
+
+def _per_sample(value: Any, prefix: str = "") -> list[str]:
+    """Lists under a per-sample name at any depth (the spec's settings are numbers and objects)."""
+    if not isinstance(value, dict):
+        return []
+    hits = []
+    for key, inner in value.items():
+        if key in PER_SAMPLE and isinstance(inner, list):
+            hits.append(prefix + key)
+        hits += _per_sample(inner, f"{prefix}{key}.")
+    return hits

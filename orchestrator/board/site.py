@@ -1,0 +1,260 @@
+"""``privauditor board build STORE --out SITE``: the board as files and a static HTML site.
+
+```
+SITE/
+  index.html                overview: counts, the techniques' ranking, models, attacks, privacy–utility
+  models/<model>.html       a model's setting rows (last checkpoint, then every checkpoint)
+  techniques/<name>.html    the same for a technique (defended techniques apart: ``lora+dp-e8``)
+  cells/<cell_id>.html      provenance of a cell's records: runs, versions, hashes, hardware, wall times
+  history.html              each release against the one before, and what is not released yet
+  leaderboard.parquet/.csv/.md/.html   cell rows (the results folder's leaderboard schema)
+  settings.parquet/.csv/.md            setting rows (seeds aggregated)
+  board-site.json           what the site was built from
+```
+
+No network and no external files: images are embedded, tables sort on a header click. The site is built
+beside ``SITE`` and renamed into place; a folder that is not an earlier site is refused.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from privauditor.orchestrator.html import SCRIPT, STYLE, _img, privacy_utility_png
+from privauditor.orchestrator.leaderboard import write
+from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.spec import slug
+
+from .check import valid_records
+from .history import changes, manifests, summary
+from .merge import SETTING_COLUMNS, cell_rows, ranking, setting_rows
+from .store import Store
+
+MARKER = "board-site.json"
+
+
+class Raw(str):
+    """Table cell content that is already HTML."""
+
+
+def link(text: str, href: str) -> Raw:
+    return Raw(f'<a href="{html.escape(href)}">{html.escape(text)}</a>')
+
+
+def table(header: list[str], body: list[list[Any]], sortable: bool = True) -> str:
+    cls = ' class="sortable"' if sortable else ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    cell = lambda c: c if isinstance(c, Raw) else html.escape("-" if c is None else str(c))  # noqa: E731
+    rows = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in r) + "</tr>" for r in body)
+    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def page(title: str, body: str, root: str = "") -> str:
+    nav = f'<p><a href="{root}index.html">overview</a> · <a href="{root}history.html">history</a> · <a href="{root}leaderboard.html">every cell row</a></p>'
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body>{nav}<h1>{html.escape(title)}</h1>{body}"
+            f"<script>{SCRIPT}</script></body></html>\n")  # fmt: skip
+
+
+def _f(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def settings_table(rows: list[dict[str, Any]], root: str) -> str:
+    header = ["model", "technique", "dataset", "epoch", "attack", "access", "AUC", "95% CI", "CI over", "seeds",
+              "runs", "TPR@1%FPR", "val NLL", "eps spent", "eps bound", "cells"]  # fmt: skip
+    body = [
+        [link(r["model"], f"{root}models/{slug(r['model'])}.html"),
+         link(r["technique"], f"{root}techniques/{slug(r['technique'])}.html"), r["dataset"], r["epoch"],
+         r["attack"], r["access"], _f(r["auc"]), f"[{_f(r['auc_ci_low'])}, {_f(r['auc_ci_high'])}]", r["ci_over"],
+         r["seeds"], r["runs"], _f(r["tpr_at_1pct_fpr"]), _f(r["utility_loss"]), _f(r["epsilon"]),
+         _f(r["eps_lower"]),
+         Raw(" ".join(link(c.split("__")[3], f"{root}cells/{c}.html") for c in r["cells"].split())) ]
+        for r in sorted(rows, key=lambda r: -r["auc"])
+    ]  # fmt: skip
+    return table(header, body)
+
+
+def _grouped(rows: list[dict[str, Any]], column: str, root: str, cells: list[dict[str, Any]]) -> str:
+    last = [r for r in rows if r["last"]]
+    parts = [f"<p>{len({r['setting'] for r in rows})} settings, {len(rows)} rows.</p>"]
+    if cells:
+        parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(cells), "privacy-utility"))
+    parts.append("<h2>At each setting's last checkpoint</h2>" + settings_table(last, root))
+    parts.append("<h2>Every checkpoint</h2>" + settings_table(rows, root))
+    return "".join(parts)
+
+
+def overview(settings: list[dict[str, Any]], cells: list[dict[str, Any]], counts: dict[str, int]) -> str:
+    parts = [f"<p>{counts['records']} records from {counts['runs']} runs: {counts['cells']} cells, "
+             f"{counts['settings']} settings, {counts['rows']} setting rows. Downloads: "
+             + " · ".join(f'<a href="{n}">{n}</a>' for n in ("settings.parquet", "settings.csv", "leaderboard.parquet", "leaderboard.csv"))
+             + "</p>"]  # fmt: skip
+    ranks = [
+        [i + 1, link(t, f"techniques/{slug(t)}.html"), f"{auc:.3f}"]
+        for i, (t, auc) in enumerate(ranking(settings))
+    ]
+    parts.append("<h2>Techniques</h2><p>Mean AUC over every attack on the model (not the model-free control) at each setting's last checkpoint, riskiest first.</p>"
+                 + table(["rank", "technique", "mean AUC"], ranks))  # fmt: skip
+    models = defaultdict(set)
+    for r in settings:
+        models[r["model"]].add(r["setting"])
+    parts.append(
+        "<h2>Models</h2>"
+        + table(
+            ["model", "settings"],
+            [[link(m, f"models/{slug(m)}.html"), len(s)] for m, s in sorted(models.items())],
+        )
+    )
+    by_attack = defaultdict(list)
+    for r in settings:
+        if r["last"]:
+            by_attack[r["attack"]].append(r["auc"])
+    parts.append(
+        "<h2>Attacks</h2>"
+        + table(
+            ["attack", "mean AUC", "settings"],
+            [[a, f"{sum(v) / len(v):.3f}", len(v)] for a, v in sorted(by_attack.items())],
+        )
+    )
+    if cells:
+        parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(cells), "privacy-utility"))
+    parts.append(
+        "<h2>Settings at their last checkpoint</h2>" + settings_table([r for r in settings if r["last"]], "")
+    )
+    return "".join(parts)
+
+
+def cell_page(cell_id: str, records: list[dict[str, Any]]) -> str:
+    parts = [f"<p>{len(records)} records ({len({r['run'] for r in records})} runs).</p>"]
+    for r in sorted(records, key=lambda r: (r["epoch"] or 0, r["run"])):
+        p = r["provenance"]
+        facts = [["record", r["key"]], ["run", r["run"]], ["epoch", r["epoch"]], ["step", r["step"]],
+                 ["setting", r["setting"]], ["supersedes", ", ".join(r["supersedes"]) or None],
+                 ["adapter hash", p["adaptation_hash"]], ["split", json.dumps(p["split"], sort_keys=True)],
+                 ["versions", json.dumps(p["versions"], sort_keys=True)], ["hardware", json.dumps(p["hardware"], sort_keys=True)],
+                 ["train", json.dumps(p["train"], sort_keys=True)], ["timings (s)", json.dumps(p["timings"], sort_keys=True)],
+                 ["defence", json.dumps(p["defence"], sort_keys=True)]]  # fmt: skip
+        parts.append(
+            f'<h2 id="{r["key"]}">epoch {r["epoch"]}, run {r["run"][:8]}</h2>'
+            + table(["", ""], facts, sortable=False)
+        )
+        metrics = [[a, _f(m["auc"]), f"[{_f(m['auc_ci_low'])}, {_f(m['auc_ci_high'])}]", _f(m["tpr_at_1pct_fpr"]),
+                    _f(m["eps_lower"]), _f(m["eps_ceiling"])] for a, m in sorted(r["attacks"].items())]  # fmt: skip
+        parts.append(table(["attack", "AUC", "95% CI", "TPR@1%FPR", "eps bound", "bound ceiling"], metrics))
+    spec = json.dumps(records[0]["provenance"]["spec"], indent=1, sort_keys=True)
+    return "".join(parts) + f"<h2>Resolved spec</h2><pre>{html.escape(spec)}</pre>"
+
+
+def history_page(store: Store, now: dict[str, Any]) -> str:
+    releases = manifests(store)
+    previous = [None, *releases]
+    steps = [(m["name"], previous[i], m) for i, m in enumerate(releases)]
+    steps.append(
+        ("unreleased (the store now)" if releases else "unreleased (no release yet)", previous[-1], now)
+    )
+    parts = []
+    for name, before, after in reversed(steps):
+        c = changes(before, after)
+        since = f"since {before['name']}" if before else "first"
+        parts.append(f"<h2>{html.escape(name)}</h2><p>{since}: {c['records']} new records, {len(c['new'])} new rows, "
+                     f"{len(c['moved'])} rows moved, {len(c['gone'])} rows gone, {len(c['superseded'])} records superseded.</p>")  # fmt: skip
+        if c["ranks"]:
+            parts.append("<h3>Rankings moved</h3>" + table(["technique", "rank before", "rank now", "mean AUC"],
+                         [[t, old, new, f"{auc:.3f}"] for t, old, new, auc in c["ranks"]]))  # fmt: skip
+        if c["new"]:
+            parts.append("<h3>New rows</h3>" + _rows(c["new"]))
+        if c["moved"]:
+            parts.append("<h3>Moved rows</h3>" + table(["model", "technique", "dataset", "epoch", "attack", "AUC before", "AUC now", "seeds"],
+                         [[n["model"], n["technique"], n["dataset"], n["epoch"], n["attack"], _f(o["auc"]), _f(n["auc"]), n["n_seeds"]] for _, o, n in c["moved"]]))  # fmt: skip
+        if c["gone"]:
+            parts.append("<h3>Rows gone</h3>" + _rows(c["gone"]))
+        if c["superseded"]:
+            parts.append("<h3>Superseded records</h3>" + table(["record"], [[k] for k in c["superseded"]]))
+    return "".join(parts)
+
+
+def _rows(rows: list[dict[str, Any]]) -> str:
+    return table(["model", "technique", "dataset", "epoch", "attack", "AUC", "seeds"],
+                 [[r["model"], r["technique"], r["dataset"], r["epoch"], r["attack"], _f(r["auc"]), r["n_seeds"]] for r in rows])  # fmt: skip
+
+
+def build(location: str | Path, out: str | Path) -> dict[str, Any]:
+    """Validate the store and write the site to ``out``; returns the board's summary."""
+    store = Store(location)
+    records = valid_records(store)
+    if not records:
+        raise PrivauditorError(f"store {store.uri} holds no records: board add a results folder first")
+    out = Path(out).resolve()
+    if out.exists() and not (out / MARKER).is_file():
+        raise PrivauditorError(f"--out {out} exists and is not an earlier board site: not overwriting it")
+    cells = cell_rows(records)
+    settings = setting_rows(cells)
+    now = summary(store, records, settings)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp, cells)
+    _tables(tmp, settings)
+    pages = {"index.html": page("privauditor board", overview(settings, cells, now["counts"])),
+             "history.html": page("privauditor board: history", history_page(store, now))}  # fmt: skip
+    for column, folder in (("model", "models"), ("technique", "techniques")):
+        for value in sorted({r[column] for r in settings}):
+            rows = [r for r in settings if r[column] == value]
+            chosen = [c for c in cells if c["setting"] in {r["setting"] for r in rows}]
+            pages[f"{folder}/{slug(value)}.html"] = page(
+                f"{column} {value}", _grouped(rows, column, "../", chosen), "../"
+            )
+    by_cell = defaultdict(list)
+    for r in records:
+        by_cell[r["cell_id"]].append(r)
+    for cell_id, found in by_cell.items():
+        pages[f"cells/{cell_id}.html"] = page(f"cell {cell_id}", cell_page(cell_id, found), "../")
+    for name, text in pages.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text)
+    (tmp / MARKER).write_text(
+        json.dumps({"store": store.uri, "counts": now["counts"]}, indent=1, sort_keys=True) + "\n"
+    )
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return now
+
+
+def _tables(folder: Path, settings: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from privauditor.orchestrator.leaderboard import _markdown
+
+    table_ = pa.Table.from_pylist(settings, schema=_schema())
+    pq.write_table(table_, folder / "settings.parquet")
+    pacsv.write_csv(table_, folder / "settings.csv")
+    body = [
+        [r[c] for c in SETTING_COLUMNS[1:12]] + [_f(r["auc"]), _f(r["auc_ci_low"]), _f(r["auc_ci_high"])]
+        for r in settings
+    ]
+    (folder / "settings.md").write_text(
+        "# Board: setting rows\n\n"
+        + _markdown(SETTING_COLUMNS[1:12] + ["auc", "auc_ci_low", "auc_ci_high"], body)
+        + "\n"
+    )
+
+
+def _schema():
+    import pyarrow as pa
+
+    ints = ("epoch", "n_seeds", "runs", "n_members", "n_nonmembers", "trainable_params")
+    types = dict.fromkeys(ints, pa.int64()) | {"last": pa.bool_(), "dp_violation": pa.bool_()}
+    floats = ("epsilon_target", "auc", "auc_std", "auc_ci_low", "auc_ci_high", "tpr_at_0.1pct_fpr",
+              "tpr_at_1pct_fpr", "utility_loss", "epsilon", "eps_lower", "eps_ceiling", "train_seconds")  # fmt: skip
+    types |= dict.fromkeys(floats, pa.float64())
+    return pa.schema([(c, types.get(c, pa.string())) for c in SETTING_COLUMNS])
