@@ -1,8 +1,9 @@
 """Per-sample gradients: the batched module against one backward pass per sample, on causal, T5 and peft
 models, and the gradient norms GradNorm reads.
 
-Tolerance: for every sample, the largest absolute difference over all parameters is at most 1e-4 times
-that sample's largest gradient entry (float32; measured: 1e-6 to 2e-5 of it). Relative to
+Tolerance: for every sample, the largest absolute difference over all parameters is at most 1e-6 times
+that sample's largest gradient entry, with the model in float64 (measured: up to 6e-8 of it; in float32
+the two paths' summation orders left them 1e-6 to 1.2e-4 apart, depending on the base). Relative to
 each entry it cannot be stated: some gradients are zero in exact arithmetic (the key projection's bias,
 which softmax cancels) and both sides then hold rounding noise.
 """
@@ -67,6 +68,7 @@ def test_batched_per_sample_gradients_equal_one_backward_pass_per_sample(family_
     family, tokenizer, model, params = adapted(family_name, technique)
     examples = TEXTS  # five texts of different lengths: right padding inside the batch
     batch = collate(encode(tokenizer, examples, 48, family.seq2seq), tokenizer.pad_token_id, family.seq2seq)
+    model.double()  # in float32 the two paths' summation orders left them up to 1.2e-4 apart on some bases
     grads = per_sample_gradients(model, batch, lambda m, b: target_nll(m, b, family.seq2seq), params)
     assert set(grads) == set(params) and all(
         g.shape == (len(examples), *params[n].shape) for n, g in grads.items()
@@ -74,7 +76,7 @@ def test_batched_per_sample_gradients_equal_one_backward_pass_per_sample(family_
     for i, expected in enumerate(one_at_a_time(model, tokenizer, examples, family.seq2seq, params)):
         scale = max(float(g.abs().max()) for g in expected.values())
         worst = max(float((grads[n][i] - expected[n]).abs().max()) for n in params)
-        assert scale > 0 and worst <= 1e-4 * scale, (i, worst, scale)
+        assert scale > 0 and worst <= 1e-6 * scale, (i, worst, scale)
 
 
 def test_gradient_norms_are_the_norms_of_the_per_sample_gradients_and_leave_the_model_as_found():
