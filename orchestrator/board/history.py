@@ -94,10 +94,11 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, A
         for i, (t, auc) in enumerate(after["ranking"])
         if old_rank.get(t) != i + 1
     ]
+    order = lambda row: (row["model"], row["technique"], row["dataset"], row["epoch"] or 0, row["attack"])  # noqa: E731
     return {
-        "new": [row for k, row in new_rows.items() if k not in old_rows],
-        "moved": moved,
-        "gone": [row for k, row in old_rows.items() if k not in new_rows],
+        "new": sorted((row for k, row in new_rows.items() if k not in old_rows), key=order),
+        "moved": sorted(moved, key=lambda m: order(m[2])),
+        "gone": sorted((row for k, row in old_rows.items() if k not in new_rows), key=order),
         "ranks": ranks,
         "superseded": sorted(set(after["superseded"]) - set(before["superseded"] if before else [])),
         "records": len(set(after["records"]) - set(before["records"] if before else [])),
