@@ -1,0 +1,81 @@
+"""The planner's cost formulas against the tools that measure them: FLOPs against
+``torch.utils.flop_counter`` on small models built on the meta device (forward, a full training step,
+adapters in every layer), and ZeRO's memory against DeepSpeed's own estimators for a 7B-shaped model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import GPT2Config, LlamaConfig, OPTConfig
+
+from privauditor.orchestrator.costs import Shape, forward_flops, train_flops, zero_state_bytes
+
+SMALL = {
+    "llama": LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64),
+    "opt": OPTConfig(vocab_size=1000, hidden_size=64, ffn_dim=256, num_hidden_layers=3, num_attention_heads=4,
+                     word_embed_proj_dim=64, max_position_embeddings=64),
+    "gpt2": GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=64),
+}  # fmt: skip
+
+
+def counted(config, work) -> int:
+    from transformers import AutoModelForCausalLM
+
+    config._attn_implementation = "eager"  # the CPU SDPA kernel has no FLOP formula; eager's bmm has
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+        ids = torch.zeros((2, 16), dtype=torch.long)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            work(model, ids)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_forward_and_training_flops_equal_the_flop_counter(family):
+    config = SMALL[family]
+    shape = Shape.from_config(config)
+    forward = counted(config, lambda m, ids: m(ids))
+    assert forward == forward_flops(shape, 16, 2)
+    full = counted(config, lambda m, ids: m(ids, labels=ids).loss.backward())
+    assert full == train_flops(shape, 16, 2, shape.matmul_params) == 3 * forward
+
+    def adapters(model, ids):  # a LoRA-like technique: query and value weights of every layer train
+        names = ("q_proj", "v_proj", "c_attn")
+        trainable = [p for n, p in model.named_parameters() if any(k in n for k in names) and p.dim() == 2]
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in trainable:
+            p.requires_grad_(True)
+        adapters.matmul = sum(p.numel() for p in trainable)
+        model(ids, labels=ids).loss.backward()
+
+    peft = counted(config, adapters)
+    expected = train_flops(shape, 16, 2, adapters.matmul)
+    assert abs(peft / expected - 1) < 0.06, (peft, expected)  # backward stops above layer 0's inputs
+
+
+LLAMA_7B = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                       num_attention_heads=32, max_position_embeddings=2048)  # fmt: skip
+
+
+@pytest.mark.parametrize(("stage", "gpus", "nodes", "offload"), [(2, 1, 1, False), (2, 4, 1, True), (2, 8, 2, False),
+                         (3, 4, 1, False), (3, 8, 1, True), (3, 8, 2, False)])  # fmt: skip
+def test_zero_memory_equals_deepspeeds_estimators_for_a_7b_model(stage, gpus, nodes, offload):
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+    from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+    shape = Shape.from_config(LLAMA_7B)
+    assert 6.6e9 < shape.total_params < 6.8e9  # LLaMA-7B's 6.74 B
+    ours = zero_state_bytes(shape.total_params, shape.largest_layer_params, stage, gpus, nodes, offload)
+    if stage == 2:
+        theirs = estimate_zero2_model_states_mem_needs(shape.total_params, gpus, nodes, cpu_offload=offload)
+    else:
+        theirs = estimate_zero3_model_states_mem_needs(
+            shape.total_params, shape.largest_layer_params, gpus, nodes, cpu_offload=offload,
+            cpu_offload_params=offload, zero_init=True,
+        )[:2]  # fmt: skip
+    assert ours == tuple(int(x) for x in theirs)
