@@ -96,8 +96,8 @@ def check_fraction(attack: str, field: str, value: float) -> None:
 
 
 def lowest_k_mean(values: list[np.ndarray], k: float) -> np.ndarray:
-    """Per sample, the mean of its lowest ``max(1, int(k * n))`` of ``n`` token values: the count the
-    Min-K% papers' code and MIMIR keep (``int`` rounds down; at least one token)."""
+    """Per sample, the mean of its lowest ``max(1, int(k * n))`` of ``n`` token values (``int`` rounds
+    down, as MIMIR does; at least one token, where MIMIR keeps none and scores NaN)."""
     out = np.empty(len(values), dtype=np.float64)
     for i, v in enumerate(values):
         v = np.asarray(v, dtype=np.float64)

@@ -2,8 +2,9 @@
 https://arxiv.org/abs/2310.16789).
 
 score = mean log p of the K % least likely target tokens (K 20 % by default): non-members have some
-very unlikely tokens, members fewer. K % of n tokens is ``max(1, int(K * n))`` tokens, as the paper's code
-and MIMIR count them (rounded down, at least one).
+very unlikely tokens, members fewer. K % of n tokens is ``max(1, int(K * n))`` tokens: rounded down as
+MIMIR rounds, but at least one, where MIMIR keeps none (a text under 1 / K tokens scores NaN there and
+leaves its ROC; here every text is scored).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Data from Large Language Models", https://arxiv.org/abs/2404.02936).
 Each token's log p is standardised by the model's own distribution at that position,
 (log p(x_t) − mu_t) / sigma_t, with mu_t and sigma_t the mean and standard deviation of log p over the
 vocabulary under p (stored per token by the signal store); score = mean of the lowest K % (20 %), counted
-as ``max(1, int(K * n))`` tokens like Min-K% (the paper's code and MIMIR).
+as ``max(1, int(K * n))`` tokens like Min-K% (MIMIR: ``int(K * n)``, none for a short text).
 Members sit at local maxima of the likelihood, so their tokens stand out against the distribution.
 """
 
