@@ -140,7 +140,7 @@ def naive_scores(model, reference, tokenizer, examples, max_length, logprobs=_mi
                     mu = (full["prob"] * full["log_prob"]).sum(-1).double()
                     second = (full["prob"] * full["log_prob"].square()).sum(-1).double()
                     logp = (logp - mu.numpy()) / (second - mu.square()).clamp_min(0).sqrt().numpy()
-                k = max(1, int(len(logp) * 0.2))  # privauditor's count; MIMIR keeps int(n * 0.2), none under 5 tokens
+                k = max(1, int(len(logp) * 0.2))  # privauditor's count (MIMIR: int(n * 0.2))
                 scores[name].append(np.sort(logp)[:k].mean())
     return {name: np.asarray(v) for name, v in scores.items()}
 
