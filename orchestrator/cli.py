@@ -155,6 +155,7 @@ def _report(args: argparse.Namespace) -> int:
     print(f"leaderboard: {results.local / 'leaderboard.html'} ({len(found)} rows)")
     print(write_findings(results, found, args.attack))
     print(f"findings: {results.local / 'findings.md'}")
+    print(tables.stages_table(results.local))
     return 0
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 
 def render(headers: list[str], rows: list[list[object]]) -> str:
@@ -173,3 +175,27 @@ def datasets_summary() -> str:
             ]
         )
     return render(["dataset", "records", "kept", "distinct texts", "sha256"], rows)
+
+
+def stage_seconds(results: Path) -> tuple[dict[str, float], int]:
+    """Seconds per stage (each ``cell.json``'s ``timings``: loading, training, each view, the attacks),
+    summed over the finished cells of a results folder, and how many cells that is."""
+    totals: dict[str, float] = {}
+    cells = 0
+    for done in sorted(Path(results).glob("cells/*/DONE")):
+        timings = json.loads((done.parent / "cell.json").read_text()).get("timings", {})
+        cells += 1
+        for stage, seconds in timings.items():
+            totals[stage] = totals.get(stage, 0.0) + seconds
+    return totals, cells
+
+
+def stages_table(results: Path) -> str:
+    """Where a run's time went: seconds per stage summed over cells, largest first, with shares."""
+    totals, cells = stage_seconds(results)
+    whole = sum(totals.values()) or 1.0
+    rows = [[stage, f"{seconds:.1f}", f"{100 * seconds / whole:.1f} %"]
+            for stage, seconds in sorted(totals.items(), key=lambda kv: -kv[1])]  # fmt: skip
+    return f"time per stage, summed over {cells} cells ({whole:.1f} s in all):\n" + render(
+        ["stage", "seconds", "share"], rows
+    )

@@ -101,9 +101,16 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     assert len(list((out / "cells").glob("*/DONE"))) == 6
 
     (out / "leaderboard.parquet").unlink()
+    capsys.readouterr()
     assert main(["report", str(out)]) == 0
     assert pq.read_table(out / "leaderboard.parquet").num_rows == 6 * 4
     assert (out / "findings.md").read_text().startswith("# Findings")
+    # where the time went: each stage's seconds summed over the six cells' timings
+    timings = [json.loads(p.read_text())["timings"] for p in (out / "cells").glob("*/cell.json")]
+    shown = capsys.readouterr().out.split("time per stage, summed over 6 cells")[1]
+    rows = {line.split()[0]: float(line.split()[1]) for line in shown.splitlines()[3:] if line.strip()}
+    assert rows["train"] == pytest.approx(sum(t.get("train", 0) for t in timings), abs=0.06)
+    assert set(rows) == {stage for t in timings for stage in t}
 
 
 def test_a_failing_cell_is_reported_and_the_others_finish(ray_session, tmp_path, capsys):
