@@ -13,9 +13,10 @@ their prompts), it times, side by side in one run:
   time: one pass through the target per text shared by LOSS, zlib, Min-K% and Min-K%++, one through the
   reference per text, each record tokenised whole, every token after the first scored, K = int(0.2 n);
   against privauditor doing the whole work of one cell (the reference model's signals, the target's,
-  the five attacks) on the same records as whole texts (empty prompt, a BOS first in both), up to the
-  models' 512 positions, so both score the same tokens. The benchmark fails unless each attack's scores
-  agree to 1e-4 of the attack's largest score;
+  the five attacks) on the same records as whole texts (empty prompt, a BOS first in both), those
+  shorter than the max length, so that neither side cuts (here) or slides a window (MIMIR) and both
+  score the same tokens. The benchmark fails unless each attack's scores agree to 1e-4 of the attack's
+  largest score;
 - ``naive`` (a secondary figure): per text and per attack one forward pass keeping the full-vocabulary
   log-softmax (the reference attack also runs the reference model per text), written as MIMIR's
   ``get_probabilities`` is (labels passed to the model, each target's log-prob read with ``.item()``);
@@ -52,7 +53,6 @@ from privauditor.tasks.signals import Signals
 from privauditor.tasks.training import collate, encode
 
 ATTACKS = ("loss", "reference", "zlib", "min_k", "min_k_pp")
-MIMIR_LENGTH = 512  # the benchmark models' context: whole records, as MIMIR scores them
 
 
 def build_model(layers: int, hidden: int, vocab: int, seed: int = 0):
