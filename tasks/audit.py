@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from .cache import stable_hash
-from .cell import CellOutcome, check_context, check_results_dir, directory_hash, versions
+from .cell import CellOutcome, check_context, check_results_dir
 from .config import CellConfig
 from .datasets import Example, content_hash, load_dataset
 from .errors import PrivauditorError, one_line
+from .provenance import directory_hash, versions
 from .signals import write_json
 from .spec import slug
 

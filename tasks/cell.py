@@ -18,16 +18,13 @@ run at the last and the best; one that adapts a model of its own (``spv_mia``) a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +34,7 @@ from .counting import install_from_env
 from .deadline import limit, remaining
 from .errors import PrivauditorError
 from .faults import in_cell
+from .provenance import directory_hash, hardware, versions
 from .signals import write_json
 from .spec import CellSpec, slug
 
@@ -44,7 +42,6 @@ from .spec import CellSpec, slug
 # 3: checkpoints (one audit per snapshot; earlier ones under checkpoints/epoch-<e>/)
 RESULTS_FORMAT = 3
 log = logging.getLogger(__name__)
-PACKAGES = ("privauditor", "torch", "transformers", "peft", "datasets", "numpy", "pyarrow", "scikit-learn")
 
 
 @dataclass
@@ -77,59 +74,6 @@ def check_results_dir(out: Path) -> None:
         write_json(marker, {"results_format": RESULTS_FORMAT, "run_id": uuid.uuid4().hex})
     except OSError as exc:
         raise PrivauditorError(f"cannot write results to {out}: {exc.strerror or exc}") from None
-
-
-def versions() -> dict[str, str]:
-    """Python's and the packages' versions, and privauditor's git revision where it runs from a checkout
-    (``+dirty`` with uncommitted changes to tracked files)."""
-    found = {"python": sys.version.split()[0]}
-    for name in PACKAGES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    revision = git_revision()
-    return found | ({"privauditor_git": revision} if revision else {})
-
-
-def git_revision() -> str | None:
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-    if not (root / ".git").exists():
-        return None
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if head.returncode != 0:
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def hardware(device: str) -> dict[str, Any]:
-    """What the numbers ran on, without naming the machine: device, accelerator model, CPU count."""
-    import os
-    import platform
-
-    import torch
-
-    accelerator = (
-        torch.cuda.get_device_name(0) if device.startswith("cuda") and torch.cuda.is_available() else None
-    )
-    return {"device": device, "accelerator": accelerator, "cpus": os.cpu_count(), "arch": platform.machine()}
-
-
-def directory_hash(path: Path) -> str:
-    """sha256 over the names and bytes of the files under ``path`` (the adaptation's content hash)."""
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(str(file.relative_to(path)).encode() + b"\x00" + file.read_bytes())
-    return digest.hexdigest()
 
 
 class _Clock:
