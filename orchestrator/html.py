@@ -34,10 +34,18 @@ table.sortable th { cursor: pointer; background: #f0f0f0; }
 """
 
 
+class Raw(str):
+    """Table cell content that is already HTML (a link); every other cell is escaped, None shown as -."""
+
+
+def _cell(value: Any) -> str:
+    return value if isinstance(value, Raw) else html.escape("-" if value is None else str(value))
+
+
 def _table(header: list[str], body: list[list[Any]], sortable: bool = False) -> str:
     cls = ' class="sortable"' if sortable else ""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in body)
+    rows = "".join("<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in r) + "</tr>" for r in body)
     return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 

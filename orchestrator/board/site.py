@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from privauditor.orchestrator.html import SCRIPT, STYLE, _img, privacy_utility_png
+from privauditor.orchestrator.html import SCRIPT, STYLE, Raw, _img, _table, privacy_utility_png
 from privauditor.orchestrator.leaderboard import write
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.spec import slug
@@ -39,20 +39,12 @@ from .store import Store
 MARKER = "board-site.json"
 
 
-class Raw(str):
-    """Table cell content that is already HTML."""
-
-
 def link(text: str, href: str) -> Raw:
     return Raw(f'<a href="{html.escape(href)}">{html.escape(text)}</a>')
 
 
 def table(header: list[str], body: list[list[Any]], sortable: bool = True) -> str:
-    cls = ' class="sortable"' if sortable else ""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    cell = lambda c: c if isinstance(c, Raw) else html.escape("-" if c is None else str(c))  # noqa: E731
-    rows = "".join("<tr>" + "".join(f"<td>{cell(c)}</td>" for c in r) + "</tr>" for r in body)
-    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+    return _table(header, body, sortable)
 
 
 def page(title: str, body: str, root: str = "") -> str:
