@@ -43,7 +43,7 @@ def main() -> int:
         ds = spec.train.deepspeed
         rows.append([
             spec.adaptation, record.get("device"), f"ZeRO-{ds.stage}" if ds else "-",
-            times.get("train", 0.0), times.get("signals", 0.0), times.get("grad_norm", 0.0),
+            times.get("train", 0.0), times.get("signals", 0.0) + times.get("signals (shared)", 0.0), times.get("grad_norm", 0.0),
             round(sum(times.values()), 1), round(max(aucs), 3) if aucs else "-",
         ])  # fmt: skip
     header = [

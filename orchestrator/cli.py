@@ -125,6 +125,13 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from .plan_report import plan_report
+
+    print(plan_report(args))
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -238,6 +245,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell"
     )
     validate.set_defaults(handler=_validate)
+
+    plan = commands.add_parser(
+        "plan", help="price a sweep before it runs: FLOPs, memory, GPU-hours, wall time, cost (no network)"
+    )
+    plan.add_argument("sweep", help="sweep YAML or shipped sweep name")
+    plan.add_argument(
+        "--cluster", help="Ray cluster YAML whose node types run it, or a shipped one: aws, gcp (default: this machine)"
+    )
+    plan.add_argument("--prices", help="price table YAML (default: clusters/prices.yaml)")
+    plan.add_argument("--budget-usd", type=float, help="say which part of the sweep this budget pays for")
+    plan.add_argument("--calibrate", metavar="RESULTS", help="fit the device rates to a finished sweep's timings")
+    plan.add_argument(
+        "--compare", metavar="RESULTS", help="set the predicted per-cell times against a finished run of SWEEP"
+    )
+    plan.add_argument(
+        "--params", action="append", default=[], metavar="ID=SIZE:FAMILY|ID=CONFIG",
+        help="size of a Hugging Face id not in the registry: 7B:llama, or a local config.json (repeatable)",
+    )  # fmt: skip
+    plan.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell")
+    plan.add_argument("--cells", action="store_true", help="print every cell's figures, not only the totals")
+    plan.set_defaults(handler=_plan)
 
     run = commands.add_parser(
         "run", help="run a sweep on Ray and build its leaderboard (resumes if OUT exists)"

@@ -33,9 +33,14 @@ class Shape:
     total_params: int
     matmul_params: int  # weights of every matrix multiplication per token (LM head included)
     largest_layer_params: int  # the largest module's own parameters (ZeRO-3 gathers one at a time)
-    layers: int
+    layers: int  # the decoder's (a causal model's blocks)
     hidden: int
     seq2seq: bool
+    heads: int = 1
+    vocab: int = 0
+    attention_width: int = 0  # heads x head size (0: ``hidden``)
+    encoder_layers: int = 0
+    source_matmul: int = 0  # weights applied to source tokens: the encoder's and the cross-attention K/V
 
     @classmethod
     def from_config(cls, config: Any) -> Shape:
@@ -47,32 +52,88 @@ class Shape:
         seq2seq = bool(getattr(config, "is_encoder_decoder", False))
         with torch.device("meta"):
             model = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM).from_config(config)
-        matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear | Conv1D))
+        linear = {
+            n: m.weight.numel() for n, m in model.named_modules() if isinstance(m, torch.nn.Linear | Conv1D)
+        }
         largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
-        layers = getattr(config, "num_hidden_layers", None) or config.num_layers
-        hidden = getattr(config, "hidden_size", None) or config.d_model
         total = sum(p.numel() for p in model.parameters())  # shared (tied) tensors once
-        return cls(total, matmul, largest, layers, hidden, seq2seq)
+        hidden = _first(config, "hidden_size", "d_model", "n_embd")
+        heads = _first(config, "num_attention_heads", "num_heads", "n_head")
+        width = heads * getattr(config, "d_kv", 0) or heads * (
+            getattr(config, "head_dim", None) or hidden // heads
+        )
+        layers = _first(config, "num_decoder_layers", "num_hidden_layers", "num_layers", "n_layer")
+        source = 0
+        if seq2seq:  # the encoder's weights, and the cross-attention's K and V (applied to the source)
+            cross = ("EncDecAttention.k", "EncDecAttention.v", "encoder_attn.k_proj", "encoder_attn.v_proj")
+            source = sum(v for n, v in linear.items() if n.startswith("encoder.") or n.endswith(cross))
+        encoder_layers = config.num_layers if seq2seq else 0
+        return cls(total, sum(linear.values()), largest, layers, hidden, seq2seq, heads, config.vocab_size,
+                   width, encoder_layers, source)  # fmt: skip
+
+    @classmethod
+    def from_params(cls, params: float, vocab: int = 32000) -> Shape:
+        """A decoder of ``params`` weights at the usual proportions (``params = 12 · layers · hidden²``,
+        128 wide per layer and per head): for a checkpoint known only by its size."""
+        hidden = max(128, round((params * 128 / 12) ** (1 / 3) / 128) * 128)
+        layers = max(1, round(params / (12 * hidden * hidden)))
+        n = int(params)
+        return cls(
+            n, n, max(vocab * hidden, 4 * hidden * hidden), layers, hidden, False, hidden // 128, vocab
+        )
 
 
-def attention_flops(shape: Shape, seq: int, sequences: int = 1) -> int:
-    """QKᵀ and AV of every layer at full S² (2 FLOPs per multiply-accumulate)."""
-    return sequences * 4 * shape.layers * seq * seq * shape.hidden
+def _first(config: Any, *names: str) -> int:
+    return next(getattr(config, n) for n in names if getattr(config, n, None))
 
 
-def forward_flops(shape: Shape, seq: int, sequences: int = 1) -> int:
-    """FLOPs of the forward passes of ``sequences`` of ``seq`` tokens through a causal model."""
-    return sequences * 2 * shape.matmul_params * seq + attention_flops(shape, seq, sequences)
+def attention_flops(shape: Shape, seq: int, sequences: int = 1, source: int = 0) -> int:
+    """QKᵀ and AV of every layer at full S² (2 FLOPs per multiply-accumulate); an encoder-decoder's
+    encoder over ``source`` tokens, its decoder over ``seq`` and across to the source."""
+    width = shape.attention_width or shape.hidden
+    pairs = (
+        shape.layers * seq * seq
+        + shape.encoder_layers * source * source
+        + shape.layers * seq * source * shape.seq2seq
+    )
+    return sequences * 4 * pairs * width
 
 
-def train_flops(shape: Shape, seq: int, sequences: int, trainable_matmul: int) -> int:
+def _matmul_flops(shape: Shape, seq: int, sequences: int, source: int) -> int:
+    return sequences * 2 * ((shape.matmul_params - shape.source_matmul) * seq + shape.source_matmul * source)
+
+
+def forward_flops(shape: Shape, seq: int, sequences: int = 1, source: int = 0) -> int:
+    """FLOPs of the forward passes of ``sequences`` of ``seq`` tokens (an encoder-decoder: ``seq`` target
+    tokens after ``source`` source tokens)."""
+    return _matmul_flops(shape, seq, sequences, source) + attention_flops(shape, seq, sequences, source)
+
+
+def train_flops(
+    shape: Shape, seq: int, sequences: int, trainable_matmul: int, source: int = 0, inputs: bool = True
+) -> int:
     """One training pass over ``sequences``: the forward; the backward's input gradients through the
     whole model (one multiply per projection weight and token, two per attention product, whose operands
-    are both activations); and the weight gradients of ``trainable_matmul`` matrix weights (all of
-    ``shape.matmul_params`` for full fine-tuning: 3× the forward; an adapter's for a parameter-efficient
-    technique)."""
-    inputs = sequences * 2 * shape.matmul_params * seq + 2 * attention_flops(shape, seq, sequences)
-    return forward_flops(shape, seq, sequences) + inputs + sequences * 2 * trainable_matmul * seq
+    are both activations; none with ``inputs`` False, when only the output layer trains); and the weight
+    gradients of ``trainable_matmul`` matrix weights (all of ``shape.matmul_params`` for full
+    fine-tuning: 3× the forward; an adapter's for a parameter-efficient technique)."""
+    matmul = _matmul_flops(shape, seq, sequences, source)
+    grads = (matmul + 2 * attention_flops(shape, seq, sequences, source)) if inputs else 0
+    return (
+        forward_flops(shape, seq, sequences, source)
+        + grads
+        + int(matmul * trainable_matmul / shape.matmul_params)
+    )
+
+
+def activation_bytes(shape: Shape, seq: int, batch: int, dtype_bytes: int = 2, source: int = 0) -> int:
+    """Activations a training step keeps for the backward, without recomputation: per layer and token
+    ``34 · hidden`` bytes at 16 bits (Korthikanti et al. 2022, table 2, less the S² attention scores
+    that fused attention kernels such as PyTorch's SDPA do not keep), scaled to ``dtype_bytes``; and the
+    logits with their fp32 log-softmax and its gradient."""
+    per_layer = lambda s: 34 * s * batch * shape.hidden  # noqa: E731
+    layers = shape.layers * per_layer(seq) + shape.encoder_layers * per_layer(source)
+    return int(layers * dtype_bytes / 2 + batch * seq * shape.vocab * (dtype_bytes + 8))
 
 
 def zero_state_bytes(

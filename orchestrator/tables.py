@@ -196,6 +196,8 @@ def stages_table(results: Path) -> str:
     whole = sum(totals.values()) or 1.0
     rows = [[stage, f"{seconds:.1f}", f"{100 * seconds / whole:.1f} %"]
             for stage, seconds in sorted(totals.items(), key=lambda kv: -kv[1])]  # fmt: skip
-    return f"time per stage, summed over {cells} cells ({whole:.1f} s in all):\n" + render(
-        ["stage", "seconds", "share"], rows
+    shared = sum(seconds for stage, seconds in totals.items() if stage.endswith(" (shared)"))
+    return (
+        f"time per stage, summed over {cells} cells ({whole:.1f} s in all; {shared:.1f} s of it shared work, "
+        "done once by the first cell that read it):\n" + render(["stage", "seconds", "share"], rows)
     )

@@ -79,6 +79,10 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} '{name}' is registered twice")
         self._entries[name] = obj
 
+    def remove(self, name: str) -> None:
+        """Unregister ``name`` (what a command registered for its own run only)."""
+        self._entries.pop(name, None)
+
     def discover(self) -> None:
         """Import every module of the plugin package once, so their decorators run (thread-safe: no
         caller sees a half-filled registry)."""

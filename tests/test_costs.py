@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
-from transformers import GPT2Config, LlamaConfig, OPTConfig
+from transformers import GPT2Config, LlamaConfig, OPTConfig, T5Config
 
 from privauditor.orchestrator.costs import Shape, forward_flops, train_flops, zero_state_bytes
 
@@ -21,11 +21,12 @@ SMALL = {
 
 
 def counted(config, work) -> int:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     config._attn_implementation = "eager"  # the CPU SDPA kernel has no FLOP formula; eager's bmm has
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = auto.from_config(config)
         ids = torch.zeros((2, 16), dtype=torch.long)
         counter = FlopCounterMode(display=False)
         with counter:
@@ -56,6 +57,21 @@ def test_forward_and_training_flops_equal_the_flop_counter(family):
     expected = train_flops(shape, 16, 2, adapters.matmul)
     assert abs(peft / expected - 1) < 0.06, (peft, expected)  # backward stops above layer 0's inputs
 
+
+
+def test_encoder_decoder_flops_equal_the_flop_counter():
+    """T5 with 12 source and 16 target tokens: the encoder and the cross-attention's K and V run over the
+    source, the rest of the decoder over the target."""
+    config = T5Config(vocab_size=1000, d_model=64, d_kv=8, d_ff=128, num_layers=3, num_decoder_layers=2,
+                      num_heads=4, feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                      decoder_start_token_id=0, pad_token_id=0)  # fmt: skip
+    shape = Shape.from_config(config)
+    assert (shape.layers, shape.encoder_layers, shape.attention_width) == (2, 3, 32)
+    source, target = torch.zeros((2, 12), dtype=torch.long), torch.zeros((2, 16), dtype=torch.long)
+    forward = counted(config, lambda m, _: m(input_ids=source, decoder_input_ids=target))
+    assert forward == forward_flops(shape, 16, 2, source=12)
+    full = counted(config, lambda m, _: m(input_ids=source, labels=target).loss.backward())
+    assert full == train_flops(shape, 16, 2, shape.matmul_params, source=12) == 3 * forward
 
 LLAMA_7B = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                        num_attention_heads=32, max_position_embeddings=2048)  # fmt: skip

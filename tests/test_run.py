@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from privauditor.orchestrator.calibrate import finished_cells
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.leaderboard import COLUMNS
+from privauditor.orchestrator.plan import tokens_for
+from privauditor.orchestrator.shapes import shape_of
+from privauditor.orchestrator.work import cell_work
 from privauditor.tasks.attack_job import attack_job
 from privauditor.tasks.spec import CellSpec
 
@@ -108,9 +113,16 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     # where the time went: each stage's seconds summed over the six cells' timings
     timings = [json.loads(p.read_text())["timings"] for p in (out / "cells").glob("*/cell.json")]
     shown = capsys.readouterr().out.split("time per stage, summed over 6 cells")[1]
-    rows = {line.split()[0]: float(line.split()[1]) for line in shown.splitlines()[3:] if line.strip()}
+    cells = [re.split(r"\s{2,}", line.strip()) for line in shown.splitlines()[3:] if line.strip()]
+    rows = {cell[0]: float(cell[1]) for cell in cells}
     assert rows["train"] == pytest.approx(sum(t.get("train", 0) for t in timings), abs=0.06)
     assert set(rows) == {stage for t in timings for stage in t}
+    assert "signals (shared)" in rows  # the base's signals: shared work, timed apart from a cell's own
+    # the planner knows every stage a cell timed, under the same label (what calibration fits)
+    for cell in finished_cells(out):
+        work = cell_work(cell.spec, shape_of, tokens_for(), cell.ran)
+        planned = set(work.own.stages) | {label for shared in work.shared.values() for label in shared.stages}
+        assert set(cell.timings) <= planned, (cell.cell_id, set(cell.timings) - planned)
 
 
 def test_a_failing_cell_is_reported_and_the_others_finish(ray_session, tmp_path, capsys):

@@ -123,6 +123,9 @@ class ModelSpec:
     dtype: str = "float32"
     resources: Resources = field(default_factory=Resources)
     params: str = ""
+    #: a registered checkpoint's architecture: ``model_type`` and the config fields that size it (what the
+    #: planner prices it by, without the hub)
+    architecture: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def slug(self) -> str:

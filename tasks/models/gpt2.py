@@ -41,4 +41,10 @@ class GPT2Family(Family):
         )
 
 
-register_checkpoint("openai-community/gpt2-xl", "gpt2", "1.5B", Resources(gpus=1, cpus=4, memory_gb=16))
+register_checkpoint(
+    "openai-community/gpt2-xl",
+    "gpt2",
+    "1.5B",
+    Resources(gpus=1, cpus=4, memory_gb=16),
+    architecture={"model_type": "gpt2", "n_embd": 1600, "n_layer": 48, "n_head": 25, "vocab_size": 50257},
+)

@@ -51,4 +51,6 @@ register_checkpoint(
     "6.7B",
     Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
     dtype="bfloat16",
+    architecture={"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "vocab_size": 32000},
 )

@@ -51,5 +51,12 @@ class T5Family(Family):
 
 
 register_checkpoint(
-    "google/flan-t5-xl", "t5", "2.8B", Resources(gpus=1, cpus=8, memory_gb=24), dtype="bfloat16"
+    "google/flan-t5-xl",
+    "t5",
+    "2.8B",
+    Resources(gpus=1, cpus=8, memory_gb=24),
+    dtype="bfloat16",
+    architecture={"model_type": "t5", "d_model": 2048, "d_ff": 5120, "d_kv": 64, "num_heads": 32, "num_layers": 24,
+                  "num_decoder_layers": 24, "vocab_size": 32128, "feed_forward_proj": "gated-gelu",
+                  "tie_word_embeddings": False},
 )

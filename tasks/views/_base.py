@@ -9,7 +9,8 @@ signals, which every adaptation's reference attack reads, are computed once); on
 model goes to the cell's own ``views/``. A view that adapts a model of its own the way the target was
 adapted (SPV-MIA's self-prompt reference) also keys on that :class:`Recipe`, which a cell passes to
 ``evaluate``. Files are written atomically under a lock, so concurrent cells compute each shared view
-once. Nothing here imports torch: attack workers read views with it.
+once; the cell that does is timed for it under the view's label and `` (shared)``. Nothing here imports
+torch: attack workers read views with it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from ..datasets import Example
 
 KEY_METADATA = b"privauditor.view_key"
+#: marks a timed view that went to the shared store (work done once per split, by whichever cell came first)
+SHARED = " (shared)"
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,8 @@ class ViewContext:
         if not path.exists():
             with file_lock(path.with_suffix(".lock")):
                 if not path.exists():
-                    self.clock(view.label, lambda: _store(view.compute(self), self.key(view), path))
+                    label = view.label + (SHARED if path.is_relative_to(self.shared) else "")
+                    self.clock(label, lambda: _store(view.compute(self), self.key(view), path))
         return path
 
     def get(self, view: View) -> Any:

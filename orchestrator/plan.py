@@ -1,0 +1,297 @@
+"""``privauditor plan``: what a sweep will cost on a cluster, before it runs (no network, no weights).
+
+Each cell's work (:mod:`~privauditor.orchestrator.work`) is priced at a node type's device rates (seconds
+per unit: FLOPs at the device's peak times an assumed utilisation, or rates fitted by ``--calibrate``) and
+its memory (:mod:`~privauditor.orchestrator.costs`) is set against the node type's: a cell goes to the
+smallest node type it fits (fewest GPUs, then the cheapest), as Ray's autoscaler packs a request onto the
+node type it fills best, and a cell that fits none is named. Shared work (the
+split's un-adapted views, made once) is charged to the first cell of its split. Totals: GPU-hours, the
+wall time at the cluster's maximum workers (the longer of the longest cell and the node type's busy
+node-hours spread over its workers: what a full cluster reaches), and the cost at the node types'
+prices plus the head node for the wall time.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from privauditor.tasks.errors import PrivauditorError
+
+from .costs import activation_bytes, per_sample_gradient_bytes, plain_state_bytes, zero_state_bytes
+from .work import DTYPE_BYTES, UNITS, CellWork, Tokens, Work, cell_work
+
+PRICES = Path(__file__).resolve().parents[1] / "clusters" / "prices.yaml"
+GIB = 2**30
+MISMATCH = "not this kind of node"  # a GPU cell on a CPU node or the reverse: no reason worth a line
+HEADROOM = 0.9  # share of a device's memory a cell may plan to use (the CUDA context, fragmentation)
+
+
+@dataclass(frozen=True)
+class NodeType:
+    name: str
+    instance: str
+    cpus: float
+    memory_gb: float
+    gpus: int
+    device: str  # accelerator name, or "cpu"
+    device_memory_gb: float
+    usd_per_hour: float
+    max_workers: int
+    rates: dict[str, float]  # seconds per unit of work
+
+
+def load_prices(path: str | Path | None = None) -> dict[str, Any]:
+    path = Path(path or PRICES)
+    if not path.is_file():
+        raise PrivauditorError(f"price table '{path}' does not exist")
+    prices = yaml.safe_load(path.read_text()) or {}
+    for key in ("as_of", "instances", "devices", "utilisation", "gpu_seconds", "cpu_seconds"):
+        if key not in prices:
+            raise PrivauditorError(f"price table '{path}' has no '{key}'")
+    return prices
+
+
+def device_rates(prices: dict[str, Any], device: str) -> dict[str, float]:
+    """Seconds per unit on ``device``: FLOPs at peak times utilisation and the per-text overheads on an
+    accelerator, the CPU table for everything else (and for a CPU-only node)."""
+    rates = {unit: float(prices["cpu_seconds"].get(unit, 0.0)) for unit in UNITS}
+    if device != "cpu":
+        peak = float(prices["devices"][device]["peak_flops"])
+        rates |= {kind: 1 / (peak * float(share)) for kind, share in prices["utilisation"].items()}
+        rates |= {unit: float(s) for unit, s in prices["gpu_seconds"].items()}
+    return rates
+
+
+def read_cluster(
+    path: str | Path | None, prices: dict[str, Any], calibrated: dict[str, float] | None
+) -> list[NodeType]:
+    """A Ray cluster YAML's worker node types, priced (``None``: this machine alone, at no price)."""
+    if path is None:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+        rates = calibrated or device_rates(prices, "cpu")
+        return [NodeType("this machine", "local", os.cpu_count() or 1, memory, 0, "cpu", 0.0, 0.0, 1, rates)]
+    path = Path(path)
+    if not path.is_file() and (PRICES.parent / f"{path.name.removesuffix('.yaml')}.yaml").is_file():
+        path = PRICES.parent / f"{path.name.removesuffix('.yaml')}.yaml"  # a shipped cluster by name: aws
+    if not path.is_file():
+        raise PrivauditorError(f"cluster file '{path}' does not exist")
+    config = yaml.safe_load(path.read_text()) or {}
+    found = []
+    for name, node in (config.get("available_node_types") or {}).items():
+        resources, node_config = node.get("resources", {}), node.get("node_config", {})
+        instance = node_config.get("InstanceType") or node_config.get("machineType") or name
+        listed = prices["instances"].get(instance)
+        if listed is None:
+            raise PrivauditorError(
+                f"{path.name}: node type {name}'s instance {instance} is not in the price table"
+            )
+        gpus = int(resources.get("GPU", listed.get("gpus", 0)))
+        device = listed.get("device", "cpu") if gpus else "cpu"
+        if device != "cpu" and device not in prices["devices"]:
+            raise PrivauditorError(f"price table: device {device} of {instance} is not under 'devices'")
+        memory = float(prices["devices"][device]["memory_gb"]) if gpus else 0.0
+        workers = int(node.get("max_workers", 1 if name == config.get("head_node_type") else 0))
+        rates = calibrated or device_rates(prices, device)
+        found.append(NodeType(name, instance, float(resources.get("CPU", listed["cpus"])), float(listed["memory_gb"]),
+                              gpus, device, memory, float(listed["usd_per_hour"]), workers, rates))  # fmt: skip
+    if not found:
+        raise PrivauditorError(f"{path.name} has no available_node_types (machines of a local cluster are not "
+                               "described: plan without --cluster on one of them)")  # fmt: skip
+    return found
+
+
+def seconds(work: Work | dict[str, float], rates: dict[str, float]) -> float:
+    units = work.total() if isinstance(work, Work) else work
+    return sum(amount * rates.get(unit, 0.0) for unit, amount in units.items())
+
+
+def memory_bytes(spec: Any, cw: CellWork, technique: Any) -> int:
+    """The most one device holds: scoring (weights and a batch's logits) or training (weights, gradients
+    and optimizer states, as ZeRO partitions them under DeepSpeed; activations; DP's per-sample
+    gradients), at ``max_length`` tokens."""
+    from privauditor.tasks.models import resolve_model
+
+    shape, seq = cw.shape, spec.train.max_length
+    dtype = DTYPE_BYTES.get(resolve_model(spec.model).dtype, 4)
+    source = seq if shape.seq2seq else 0
+    scoring = shape.total_params * dtype + spec.score.batch_size * seq * shape.vocab * (dtype + 4)
+    if not technique.trains:
+        return scoring
+    ds, workers = spec.train.deepspeed, max(1, spec.train.workers)
+    micro = math.ceil(spec.train.batch_size / workers)
+    if ds is not None and spec.adaptation == "full":
+        state = zero_state_bytes(shape.total_params, shape.largest_layer_params, max(ds.stage, 1), workers, 1,
+                                 ds.offload)[1]  # fmt: skip
+    elif ds is not None and ds.stage == 3:
+        state = plain_state_bytes(shape.total_params, cw.trainable, dtype) // workers
+    else:
+        state = plain_state_bytes(shape.total_params, cw.trainable, dtype)
+    if spec.defence == "dp":
+        state += per_sample_gradient_bytes(cw.trainable, spec.train.batch_size)
+    return max(scoring, state + activation_bytes(shape, seq, micro, dtype, source))
+
+
+@dataclass
+class Planned:
+    spec: Any
+    work: CellWork
+    memory: int
+    gpus: float
+    cpus: float
+    node: NodeType | None
+    seconds: float  # own work plus any shared work charged to it
+    usd: float
+    why: str = ""
+    units: dict[str, float] | None = None  # the work priced: its own and the shared work charged to it
+
+    @property
+    def flops(self) -> tuple[float, float]:
+        """(training, scoring) FLOPs: the training stage's, and every other pass (shared work included)."""
+        train = self.work.own.stages.get("train", {}).get("train", 0.0)
+        units = self.units or {}
+        return train, units.get("forward", 0.0) + units.get("train", 0.0) - train
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.seconds * self.gpus / 3600
+
+
+def plan_cells(
+    sweep: Any, nodes: list[NodeType], tokens_of: Any, best_before_last: float = 1.0
+) -> list[Planned]:
+    """Every cell of ``sweep`` priced on the node type it goes to (``best_before_last``: see
+    :func:`~privauditor.orchestrator.work.cell_work`)."""
+    from privauditor.tasks.adaptations import build_adaptation
+    from privauditor.tasks.models import resolve_model
+
+    from .shapes import shape_of
+
+    planned, shared_done = [], set()
+    for cell in sweep.cells:
+        spec = cell.resolve(build=False)
+        cw = cell_work(spec, shape_of, tokens_of, best_before_last=best_before_last)
+        technique = build_adaptation(spec.adaptation, spec.adaptation_params)
+        needs = resolve_model(spec.model).resources
+        gpus_each = (
+            needs.gpus if sweep.run.gpus_per_trial in ("auto", None) else float(sweep.run.gpus_per_trial)
+        )
+        gpus = gpus_each * max(1, spec.train.workers)
+        cpus = float(sweep.run.cpus_per_trial or needs.cpus) * max(1, spec.train.workers)
+        work = cw.own.total()
+        for unit, amount in cw.own.stages.get("train", {}).items():  # data parallel over the workers
+            work[unit] -= amount * (1 - 1 / max(1, spec.train.workers))
+        for key, shared in cw.shared.items():  # shared work, once: by the first cell that reads it
+            if key not in shared_done:
+                shared_done.add(key)
+                work = _merged(work, shared.total())
+        memory = memory_bytes(spec, cw, technique)
+        best, why = None, []
+        for node in nodes:
+            fits = _fits(node, gpus, cpus, memory)
+            if fits:
+                why += [] if fits.endswith(MISMATCH) else [f"{node.name}: {fits}"]
+                continue
+            time = seconds(work, node.rates)
+            usd = time / 3600 * node.usd_per_hour * _share(node, gpus, cpus)
+            if best is None or (node.gpus, usd) < (best[0].gpus, best[2]):
+                best = (node, time, usd)
+        node, time, usd = best or (None, 0.0, 0.0)
+        planned.append(
+            Planned(spec, cw, memory, gpus, cpus, node, time, usd, "" if best else "; ".join(why), work)
+        )
+    return planned
+
+
+def _merged(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {unit: a.get(unit, 0.0) + b.get(unit, 0.0) for unit in set(a) | set(b)}
+
+
+def _share(node: NodeType, gpus: float, cpus: float) -> float:
+    """The share of a node a cell holds: its GPUs' share, or its CPUs' on a CPU node."""
+    return gpus / node.gpus if node.gpus else min(1.0, cpus / node.cpus)
+
+
+def _fits(node: NodeType, gpus: float, cpus: float, memory: int) -> str:
+    """Why the cell does not fit ``node`` ('' where it fits)."""
+    if node.max_workers < 1 or bool(gpus) != bool(node.gpus):
+        return MISMATCH
+    if node.gpus < gpus:
+        return f"needs {gpus:g} GPUs on one node, it has {node.gpus}"
+    limit = (node.device_memory_gb if gpus else node.memory_gb) * GIB * HEADROOM
+    if memory > limit:
+        where = (
+            f"{node.device} ({node.device_memory_gb:g} GB)"
+            if gpus
+            else f"{node.name} ({node.memory_gb:.0f} GB RAM)"
+        )
+        return f"needs {memory / GIB:.1f} GB per device, over {HEADROOM:.0%} of {where}"
+    return ""
+
+
+def totals(planned: list[Planned], nodes: list[NodeType], cluster_head: NodeType | None) -> dict[str, float]:
+    """GPU-hours, node-hours' cost, and the wall time at the cluster's maximum workers."""
+    wall = 0.0
+    for node in nodes:
+        mine = [p for p in planned if p.node is node]
+        if mine:
+            busy = sum(p.seconds * _share(node, p.gpus, p.cpus) for p in mine) / max(1, node.max_workers)
+            wall = max(wall, max(p.seconds for p in mine), busy)
+    usd = sum(p.usd for p in planned) + (wall / 3600 * cluster_head.usd_per_hour if cluster_head else 0.0)
+    return {"gpu_hours": sum(p.gpu_hours for p in planned), "wall_s": wall, "usd": usd,
+            "cells": len(planned), "unfit": sum(p.node is None for p in planned)}  # fmt: skip
+
+
+def within_budget(planned: list[Planned], budget: float) -> tuple[list[Planned], list[Planned]]:
+    """The cells a budget pays for: every ``none`` control first (a result needs its split's control),
+    then the cheapest cells; (kept, left out)."""
+    fit = [p for p in planned if p.node is not None]
+    order = sorted(fit, key=lambda p: (p.spec.adaptation != "none", p.usd))
+    kept, spent = [], 0.0
+    for p in order:
+        if spent + p.usd <= budget:
+            kept.append(p)
+            spent += p.usd
+    left = [p for p in planned if p not in kept]
+    return kept, left
+
+
+def tokens_for(measure: bool = True) -> Any:
+    """``tokens_of(dataset, model, max_length)``: mean tokens per record where the records and the
+    tokenizer are at hand offline, else ``max_length``."""
+    import functools
+
+    @functools.cache
+    def tokens_of(dataset: str, model: str, max_length: int) -> Tokens:
+        found = _measured(dataset, model, max_length) if measure else None
+        return found or Tokens(max_length, max_length, max_length, False)
+
+    return tokens_of
+
+
+def _measured(dataset: str, model: str, max_length: int) -> Tokens | None:
+    from privauditor.tasks.datasets import DATASETS, load_dataset
+    from privauditor.tasks.models import checkpoint_path, resolve_model
+
+    spec = resolve_model(model)
+    if not (dataset in DATASETS or Path(dataset).expanduser().is_file()) or spec.source == "hub":
+        return None
+    path = checkpoint_path(spec, build=False)
+    if path is None:
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    examples = load_dataset(dataset).examples[:512]
+    prompt = [len(tokenizer(e.prompt, add_special_tokens=False).input_ids) for e in examples]
+    target = [len(tokenizer(e.target, add_special_tokens=False).input_ids) for e in examples]
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    text = mean([min(p + t + 1, max_length) for p, t in zip(prompt, target, strict=True)])
+    return Tokens(
+        text, mean([min(p, max_length) for p in prompt]), mean([min(t + 1, max_length) for t in target]), True
+    )

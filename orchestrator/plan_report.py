@@ -1,0 +1,137 @@
+"""What ``privauditor plan`` prints: per cell (``--cells``) and in total, the cells that fit no node type,
+what a budget pays for, the fitted rates (``--calibrate``) and predictions against a run (``--compare``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from privauditor.tasks.errors import PrivauditorError
+
+from . import tables
+from .plan import GIB, Planned, load_prices, plan_cells, read_cluster, tokens_for, totals, within_budget
+
+TERA = 1e12
+
+
+def plan_report(args: argparse.Namespace) -> str:
+    from .shapes import registered
+
+    with registered(args.params):
+        return _report(args)
+
+
+def _report(args: argparse.Namespace) -> str:
+    from .calibrate import calibrate, compare, error_summary
+    from .shapes import shape_of
+    from .sweep import load_sweep
+
+    try:
+        sweep = load_sweep(args.sweep, args.set or [])
+    except PrivauditorError as exc:
+        if "is not registered" not in str(exc):
+            raise
+        raise PrivauditorError(
+            f"{exc}; to plan it, give --params ID=SIZE:FAMILY or ID=path/to/config.json"
+        ) from None
+    prices = load_prices(args.prices)
+    tokens_of = tokens_for()
+    lines, rates = [], None
+    if args.calibrate:
+        rates = calibrate(
+            args.calibrate, float(prices["cpu_seconds"].get("load_byte", 0.0)), shape_of, tokens_of
+        )
+        lines.append(f"rates fitted to {args.calibrate} (seconds per unit; every node type gets them):")
+        lines.append("  " + ", ".join(f"{unit} {value:.3g}" for unit, value in rates.items()))
+    nodes = read_cluster(args.cluster, prices, rates)
+    head = next((n for n in nodes if n.max_workers and not n.gpus and args.cluster), None)
+    planned = plan_cells(sweep, nodes, tokens_of, (rates or {}).get("best_before_last", 1.0))
+    where = args.cluster or "this machine"
+    source = f"fitted to {args.calibrate}" if rates else f"the price table's (as of {prices['as_of']})"
+    lines.append(f"sweep '{sweep.name}': {len(planned)} cells on {where}; device rates: {source}")
+    if args.cells:
+        lines.append(tables.render(["cell_id", "node type", "gpus", "train TFLOP", "scoring TFLOP", "memory GB",
+                                    "hours", "usd"], [_row(p) for p in planned]))  # fmt: skip
+    for p in planned:
+        if p.node is None:
+            lines.append(f"fits no node type: {p.spec.cell_id()}: {p.why}")
+    found = totals(planned, nodes, head)
+    measured = sum(p.work.tokens.measured for p in planned)
+    lines.append(_totals_line(found, planned, nodes, head))
+    lines.append(f"tokens per record: measured on {measured} of {len(planned)} cells' records; max_length (an upper "
+                 "bound) where the records or the tokenizer are not at hand offline")  # fmt: skip
+    if args.budget_usd is not None:
+        lines.append(_budget_line(planned, args.budget_usd))
+    if args.compare:
+        if rates is None:
+            from .plan import device_rates
+
+            rates = device_rates(prices, "cpu")
+        found = compare(args.compare, rates, shape_of, tokens_of)
+        lines.append(
+            f"predicted against {args.compare}, each cell's own work: {error_summary(found['errors'])}"
+        )
+        lines.append(f"shared work of {len(found['splits'])} splits: predicted "
+                     + ", ".join(f"{p:.0f} s vs {m:.0f} s" for p, m in found["splits"]))  # fmt: skip
+        lines.append(
+            f"whole sweep: predicted {found['predicted_s']:.0f} s of cell time, measured {found['measured_s']:.0f} s"
+        )
+    return "\n".join(lines)
+
+
+def _row(p: Planned) -> list:
+    train, scoring = p.flops
+    return [p.spec.cell_id(), p.node.name if p.node else "-", f"{p.gpus:g}", f"{train / TERA:.4g}",
+            f"{scoring / TERA:.4g}", f"{p.memory / GIB:.1f}", f"{p.seconds / 3600:.3f}", f"{p.usd:.2f}"]  # fmt: skip
+
+
+def _totals_line(found: dict, planned: list[Planned], nodes: list, head) -> str:
+    used = Counter(p.node.name for p in planned if p.node)
+    spread = ", ".join(f"{name} {count} cells (max {n.max_workers} workers)" for n in nodes
+                       for name, count in used.items() if n.name == name)  # fmt: skip
+    unfit = f"; {found['unfit']} cells fit no node type (above)" if found["unfit"] else ""
+    head_note = f", the head node {head.name} included" if head else ""
+    train, scoring = (sum(p.flops[i] for p in planned) for i in (0, 1))
+    flops = f"{_num(train / 1e15)} PFLOP of training, {_num(scoring / 1e15)} PFLOP of scoring; "
+    return (f"total: {flops}{_num(found['gpu_hours'])} GPU-hours, wall time {_duration(found['wall_s'])} at the "
+            f"cluster's maximum workers, cost ${found['usd']:.2f}{head_note}; {spread}{unfit}")  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
+def _num(x: float) -> str:
+    return f"{x:.1f}" if x >= 100 else f"{x:.4g}"
+
+
+def _budget_line(planned: list[Planned], budget: float) -> str:
+    kept, left = within_budget(planned, budget)
+    spent = sum(p.usd for p in kept)
+    out = Counter(f"{p.spec.model} x {p.spec.adaptation}" for p in left if p.node is not None)
+    left_text = "; ".join(f"{name} ({n} cells)" for name, n in sorted(out.items())) or "nothing"
+    unfit = sum(p.node is None for p in planned)
+    return (f"budget ${budget:g}: {len(kept)} of {len(planned)} cells fit (${spent:.2f}, every none control "
+            f"first, then the cheapest); left out for the budget: {left_text}"
+            + (f"; and the {unfit} that fit no node type" if unfit else ""))  # fmt: skip
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
+def _num(x: float) -> str:
+    return f"{x:.1f}" if x >= 100 else f"{x:.4g}"
+
+
+def _budget_line(planned: list[Planned], budget: float) -> str:
+    kept, left = within_budget(planned, budget)
+    spent = sum(p.usd for p in kept)
+    out = Counter(f"{p.spec.model} x {p.spec.adaptation}" for p in left)
+    left_text = "; ".join(f"{name} ({n} cells)" for name, n in sorted(out.items())) or "nothing"
+    return (f"budget ${budget:g}: {len(kept)} of {len(planned)} cells fit (${spent:.2f}, every none control "
+            f"first, then the cheapest); left out: {left_text}")  # fmt: skip

@@ -1,0 +1,160 @@
+"""A model's architecture without its weights or the network, for the planner.
+
+A registered checkpoint carries its config fields (``architecture``); an offline base is its family's tiny
+config; a local directory has its ``config.json``; any other Hugging Face id needs ``--params``: a
+``config.json`` path, or a size and family (``7B:llama``: that family's architecture at the usual
+proportions, ``params ≈ 12 · layers · hidden²`` at 128 dimensions per layer and per head), unless the
+local Hugging Face cache holds its config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from privauditor.tasks.errors import PrivauditorError
+
+from .costs import Shape
+
+SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMBT]?)$", re.IGNORECASE)
+SCALE = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+
+
+def parse_size(text: str) -> float:
+    """``7B``, ``350M``, ``1.5e9``-style sizes as a number of parameters."""
+    found = SIZE.match(text.strip())
+    if found:
+        return float(found.group(1)) * SCALE[found.group(2).upper()]
+    try:
+        return float(text)
+    except ValueError:
+        raise PrivauditorError(f"--params: '{text}' is not a size (e.g. 7B, 350M)") from None
+
+
+@contextlib.contextmanager
+def registered(assignments: list[str]) -> Iterator[None]:
+    """``--params ID=7B:llama`` / ``--params ID=path/config.json``: ``ID`` registered with that architecture
+    while the block runs, so a sweep naming it can be planned."""
+    from privauditor.tasks.models import MODELS
+
+    names = _register(assignments)
+    try:
+        yield
+    finally:
+        for name in names:
+            MODELS.remove(name)
+        for cached in (config_of, shape_of, _trainable):
+            cached.cache_clear()
+
+
+def _register(assignments: list[str]) -> list[str]:
+    from privauditor.tasks.models import FAMILIES, MODELS, ModelSpec, family_for_model_type
+
+    names = []
+    for item in assignments:
+        name, _, value = item.partition("=")
+        if not name or not value:
+            raise PrivauditorError(
+                f"--params '{item}': give ID=SIZE:FAMILY (e.g. org/model=7B:llama) or ID=config.json"
+            )
+        path = Path(value).expanduser()
+        if path.suffix == ".json" or path.is_file():
+            if not path.is_file():
+                raise PrivauditorError(f"--params {name}: config file '{value}' does not exist")
+            architecture = json.loads(path.read_text())
+            family = family_for_model_type(architecture.get("model_type", ""), f"--params {name}").name
+        else:
+            size, _, family = value.partition(":")
+            if not family:
+                raise PrivauditorError(f"--params {name}: give the family too, e.g. {name}={size}:llama")
+            FAMILIES.get(family)  # a one-line error for an unknown family
+            architecture = {"params": parse_size(size)}
+        if name in MODELS:
+            raise PrivauditorError(f"--params {name}: a registered model already has its architecture")
+        MODELS.add(
+            name, ModelSpec(name=name, family=family, source="hub", path=name, architecture=architecture)
+        )
+        names.append(name)
+    return names
+
+
+@functools.cache
+def config_of(name: str) -> Any:
+    """The transformers config of model ``name``, without weights or the network."""
+    from transformers import AutoConfig
+
+    from privauditor.tasks.models import FAMILIES, TinyArchitecture, resolve_model
+    from privauditor.tasks.models._tokenizer import VOCAB_SIZE
+
+    spec = resolve_model(name)
+    family = FAMILIES.get(spec.family)
+    specials = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    if spec.source == "tiny":
+        return family.tiny_config(TinyArchitecture(), VOCAB_SIZE, specials)
+    if spec.source == "local":
+        return AutoConfig.from_pretrained(spec.path)
+    architecture = dict(spec.architecture)
+    if "params" in architecture:  # a size alone: the family's architecture at the usual proportions
+        params = architecture["params"]
+        hidden = max(128, round((params * 128 / 12) ** (1 / 3) / 128) * 128)
+        layers = max(1, round(params / (12 * hidden * hidden)))
+        arch = replace(TinyArchitecture(), hidden=hidden, layers=layers, heads=hidden // 128, ffn=4 * hidden,
+                       max_positions=2048)  # fmt: skip
+        return family.tiny_config(arch, 32000, specials)
+    if architecture:
+        return AutoConfig.for_model(architecture.pop("model_type"), **architecture)
+    try:
+        return AutoConfig.from_pretrained(spec.path, revision=spec.revision, local_files_only=True)
+    except Exception:
+        raise PrivauditorError(
+            f"model '{name}' is not registered and no config of it is at hand: give --params "
+            f"{name}=SIZE:FAMILY (e.g. 7B:llama) or --params {name}=path/to/config.json"
+        ) from None
+
+
+@functools.cache
+def shape_of(name: str) -> Shape:
+    return Shape.from_config(config_of(name))
+
+
+@functools.cache
+def _trainable(name: str, adaptation: str, params: str) -> tuple[int, int]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers.pytorch_utils import Conv1D
+
+    from privauditor.tasks.adaptations import build_adaptation
+    from privauditor.tasks.models import FAMILIES, resolve_model
+
+    technique = build_adaptation(adaptation, json.loads(params))
+    config = config_of(name)
+    family = FAMILIES.get(resolve_model(name).family)
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # peft's calls of deprecated transformers names
+        model = (AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM).from_config(config)
+        try:
+            model = technique.apply(model, family)
+        except Exception:  # a technique that needs the tokenizer (prompt tuning's text initialisation)
+            if not technique.prompt_learning:
+                raise
+            return technique.virtual_tokens * shape_of(name).hidden, 0
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    matmul = sum(m.weight.numel() for m in model.modules()
+                 if isinstance(m, torch.nn.Linear | Conv1D) and m.weight.requires_grad)  # fmt: skip
+    return trainable, matmul
+
+
+def trainable_params(name: str, shape: Shape, technique: Any) -> tuple[int, int]:
+    """(trainable parameters, trainable matrix weights) of ``technique`` on model ``name``, counted on the
+    meta device."""
+    del shape
+    return _trainable(
+        name, technique.name, json.dumps(technique.hyperparameters(), sort_keys=True, default=str)
+    )

@@ -1,0 +1,231 @@
+"""What each cell of a sweep will do, in units a device rate prices: FLOPs, passes, records.
+
+A cell's work is split by stage, under the labels its ``cell.json`` ``timings`` will carry (``train``,
+``utility``, every view's label, ``attacks``, ...), so a finished sweep's timings can be set against it
+(:mod:`~privauditor.orchestrator.calibrate`). A view that reads only un-adapted models is computed once
+once and shared by the cells that read it (its label gains ``" (shared)"``): it is counted once, under
+what it is keyed by (the model and the split; the split alone for a model-free view; the split and the
+tokenizer for the neighbour texts).
+
+Units (:data:`UNITS`): ``forward`` FLOPs of passes without a backward, ``train`` those of training
+passes and of a view's backward passes (:mod:`~privauditor.orchestrator.costs`); ``sequence`` counts the texts of batched forward passes and
+``gradient`` those of training or per-sample gradient passes (what a pass costs besides its FLOPs:
+kernel launches, tokenising, Python); ``neighbour`` the masked-LM neighbour texts made; ``attack_record``
+a scored record per attack run (bootstrap, metrics); ``blind_record`` a record of the model-free control's
+permutation test; ``cell`` the fixed cost of a stage (loading, the split, saving); ``process`` a worker
+process's first cell (imports, first loads: counted by the planner, not here); ``load_byte`` weight bytes
+read.
+
+Sequence lengths are the records' mean token counts (cut at ``max_length``) where the dataset and the
+model's tokenizer are at hand without the network (offline datasets and bases, local files), else
+``max_length``: an upper bound.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .costs import Shape, forward_flops, train_flops
+
+UNITS = ("forward", "train", "sequence", "gradient", "neighbour", "attack_record", "blind_record", "cell",
+         "process", "load_byte")  # fmt: skip
+SHARED = " (shared)"
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass
+class Work:
+    """Units of work by stage label."""
+
+    stages: dict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
+
+    def add(self, stage: str, **units: float) -> None:
+        for unit, amount in units.items():
+            self.stages[stage][unit] += amount
+
+    def total(self) -> dict[str, float]:
+        found: dict[str, float] = defaultdict(float)
+        for units in self.stages.values():
+            for unit, amount in units.items():
+                found[unit] += amount
+        return dict(found)
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Mean tokens per record: the causal text (prompt and target), or an encoder-decoder's source and
+    target; ``measured`` False where ``max_length`` stands in."""
+
+    text: float
+    source: float
+    target: float
+    measured: bool
+
+
+@dataclass
+class CellWork:
+    """One cell's own work, the shared work it reads (by what it is keyed by: each key's work is done
+    once), and the sizes behind them."""
+
+    own: Work
+    shared: dict[tuple, Work]
+    data_key: tuple  # the split: every shared key starts with its kind and ends with it
+    trainable: int
+    shape: Shape
+    tokens: Tokens
+
+
+def cell_work(
+    spec: Any,
+    shape_of: Any,
+    tokens_of: Any,
+    ran: list[list[str]] | None = None,
+    best_before_last: float = 1.0,
+) -> CellWork:
+    """The work of a resolved cell (a ``CellSpec``); ``shape_of(model)`` gives a :class:`Shape`,
+    ``tokens_of(dataset, model, max_length)`` :class:`Tokens`. Attacks that are not cheap run at the last
+    checkpoint and the best, which is not known before the run: counted at the last and, with weight
+    ``best_before_last`` (the chance that the best is an earlier one; 1 is the upper bound), at one more,
+    unless ``ran`` gives the attacks each checkpoint ran (a finished cell's record)."""
+    from privauditor.tasks.adaptations import build_adaptation
+    from privauditor.tasks.models import resolve_model
+
+    from .shapes import trainable_params
+
+    technique = build_adaptation(spec.adaptation, spec.adaptation_params)
+    shape, tokens = shape_of(spec.model), tokens_of(spec.dataset, spec.model, spec.train.max_length)
+    ref_name = spec.reference or spec.model
+    ref_shape = shape_of(ref_name)
+    split = spec.split
+    parts = {"scored": split.members + split.nonmembers, "population": split.population,
+             "known_members": split.known_members}  # fmt: skip
+    trained = split.members + split.known_members
+    trained += split.members * split.repeated * (sum(split.repeats) / len(split.repeats) - 1)
+    model_spec = resolve_model(spec.model)
+    data_key = (spec.dataset, spec.seed, spec.split, spec.train.max_length)
+    keys = {"model": ("model", spec.model, spec.reference, *data_key), "data": ("data", *data_key),
+            "texts": ("texts", "offline" if model_spec.source == "tiny" else spec.model, *data_key)}  # fmt: skip
+    own, shared = Work(), {key: Work() for key in keys.values()}
+    dtype = DTYPE_BYTES.get(model_spec.dtype, 4)
+    own.add("load_model", cell=1, load_byte=shape.total_params * dtype)
+    own.add("split", cell=1)
+    extra = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
+    demos = getattr(technique, "demonstrations", 0) if technique.in_context else 0
+    seq = _lengths(shape, tokens, extra, demos, spec.train.max_length)
+    trainable, trainable_matmul = trainable_params(spec.model, shape, technique)
+    if technique.trains:
+        passes = spec.train.epochs * trained
+        head_only = spec.adaptation == "head"
+        flops = train_flops(shape, seq[0], 1, trainable_matmul, seq[1], inputs=not head_only)
+        own.add("train", train=passes * flops, gradient=passes)
+    else:
+        own.add("train", cell=1)  # a technique that trains nothing still passes through the training step
+    if spec.defence == "dp":
+        own.add("calibrate", cell=1)  # DP-SGD's noise multiplier for the target epsilon
+    checkpoints = list(spec.train.checkpoints)
+    n_checkpoints = len(checkpoints)
+    own.add("utility", forward=n_checkpoints * split.validation * forward_flops(shape, seq[0], 1, seq[1]),
+            sequence=n_checkpoints * split.validation)  # fmt: skip
+    if technique.trains:
+        own.add("save", cell=n_checkpoints)
+    target_shared = not (technique.trains or technique.in_context)
+    models_of = {
+        "target": (spec.model, "base" if target_shared else "adapted"),
+        "reference": (ref_name, "base"),
+    }
+    seqs = {"target": seq, "reference": _lengths(ref_shape, tokens, 0, 0, spec.train.max_length)}
+    shapes = {"target": shape, "reference": ref_shape}
+    seen: set[tuple] = set()
+    for index in range(n_checkpoints):
+        views: dict[tuple, tuple[Any, float]] = {}
+        for attack_spec in spec.attacks:
+            attack, attack_views = _attack(attack_spec.name, json.dumps(attack_spec.params, sort_keys=True))
+            weight = (
+                _runs(attack, index, n_checkpoints, best_before_last)
+                if ran is None
+                else float(attack_spec.name in ran[index])
+            )
+            own.add("attacks", attack_record=weight * parts["scored"])
+            for view in attack_views if weight else ():
+                key = (view.name, json.dumps(view.key_parameters(), sort_keys=True, default=str),
+                       tuple(models_of[m] for m in view.models()), view.parts())  # fmt: skip
+                first, was = views.get(key, (view, 0.0))  # the label of the first (as a cell computes them)
+                views[key] = (first, max(weight, was))
+        for key, (view, weight) in views.items():
+            is_shared = all(identity[1] == "base" for identity in key[2])
+            if is_shared and key in seen:
+                continue
+            seen.add(key)
+            role = "target" if "target" in view.models() else "reference"
+            label = view.label + (SHARED if is_shared else "")
+            where = shared[keys["model" if view.models() else "data"]] if is_shared else own
+            _add_view(where, label, view, parts, shapes[role], seqs[role],
+                      trainable_matmul, 1.0 if is_shared else weight)  # fmt: skip
+            made = view.cost().shared_forward * parts["scored"]
+            if made and ("neighbours", view.label) not in seen:  # the neighbour texts: made once a split
+                seen.add(("neighbours", view.label))
+                shared[keys["texts"]].add(
+                    view.label + SHARED, neighbour=made, forward=made * forward_flops(_masked_lm(), seq[0])
+                )
+    return CellWork(own, shared, data_key, trainable, shape, tokens)
+
+
+def _lengths(shape: Shape, tokens: Tokens, extra: int, demos: int, max_length: int) -> tuple[int, int]:
+    """(target tokens, source tokens) of one pass: virtual tokens and in-context demonstrations added."""
+    if shape.seq2seq:
+        source = tokens.source * (1 + demos) + extra
+        return round(tokens.target), round(source)
+    return round(min(tokens.text * (1 + demos), max_length * (1 + demos)) + extra), 0
+
+
+def _runs(attack: Any, index: int, n_checkpoints: int, best_before_last: float) -> float:
+    """How surely ``attack`` runs at checkpoint ``index`` (1: every checkpoint's cheap attacks and the
+    last's; ``best_before_last`` at the one before, standing for the best; else 0)."""
+    last = index == n_checkpoints - 1
+    if attack.checkpoints == "last":
+        return float(last)
+    if attack.cheap or last:
+        return 1.0
+    return best_before_last if index == n_checkpoints - 2 else 0.0
+
+
+def _add_view(work: Work, label: str, view: Any, parts: dict[str, int], shape: Shape, seq: tuple[int, int],
+              trainable_matmul: int, weight: float) -> None:  # fmt: skip
+    cost = view.cost()
+    texts = weight * (sum(parts.get(p, 0) for p in view.parts() if p in parts) or parts["scored"])
+    if not view.models():  # model-free: the blind control's permutation test, or token counts
+        work.add(label, blind_record=texts if view.name == "blind" else 0, cell=weight)
+        return
+    per_text = forward_flops(shape, seq[0], 1, seq[1])
+    work.add(label, forward=cost.forward * texts * per_text, sequence=cost.forward * texts)
+    if cost.backward:
+        backward = train_flops(shape, seq[0], 1, trainable_matmul, seq[1]) - per_text
+        work.add(label, train=cost.backward * texts * backward, gradient=cost.backward * texts)
+
+
+@functools.cache
+def _attack(name: str, params: str) -> tuple[Any, tuple[Any, ...]]:
+    """An attack and the views it reads (built once: a sweep asks for the same ones in every cell)."""
+    from privauditor.tasks.attacks import build_attack
+
+    attack = build_attack(name, json.loads(params))
+    return attack, tuple(attack.views().values())
+
+
+@functools.cache
+def _masked_lm() -> Shape:
+    from transformers import BertConfig
+
+    from privauditor.tasks.models._tiny import MASKED_LM_ARCH
+    from privauditor.tasks.models._tokenizer import VOCAB_SIZE
+
+    arch = MASKED_LM_ARCH
+    config = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
+                        num_attention_heads=arch.heads, intermediate_size=arch.ffn, is_decoder=True)  # fmt: skip
+    return Shape.from_config(config)

@@ -1,0 +1,211 @@
+"""``privauditor plan``: a sweep priced on a cluster before it runs (placement by memory, FLOPs, cost, a
+budget, models known only by size), and calibration recovering the rates a run's timings came from."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from privauditor.orchestrator.calibrate import calibrate, compare, finished_cells, observations
+from privauditor.orchestrator.cli import main
+from privauditor.orchestrator.costs import train_flops
+from privauditor.orchestrator.plan import load_prices, plan_cells, read_cluster, seconds, tokens_for
+from privauditor.orchestrator.shapes import registered, shape_of
+from privauditor.orchestrator.sweep import load_sweep
+from privauditor.orchestrator.work import SHARED, UNITS, cell_work
+from privauditor.tasks.models import MODELS
+
+TOTAL = re.compile(r"total: .*PFLOP of scoring; ([\d.]+) GPU-hours, wall time ([\d.]+ (?:s|min|h)) .* cost \$([\d.]+)")
+HOURS = {"s": 1 / 3600, "min": 1 / 60, "h": 1.0}
+
+
+def totals_in(out: str) -> tuple[float, float, float]:
+    """GPU-hours, wall time in hours and cost printed by ``plan``."""
+    hours, wall, usd = TOTAL.search(out).groups()
+    number, unit = wall.split()
+    return float(hours), float(number) * HOURS[unit], float(usd)
+SWEEP = {
+    "name": "priced",
+    "matrix": {
+        "model": ["openai-community/gpt2-xl"],
+        "adaptation": ["none", "lora", "full"],
+        "dataset": ["finance"],
+    },
+    "attacks": ["loss", "reference", "neighbourhood", "gradnorm", "blind"],
+    "attack_params": {"neighbourhood": {"k": 3}},
+    "split": {"members": 100, "nonmembers": 100, "validation": 20},
+    "train": {"epochs": 2, "max_length": 128, "batch_size": 8},
+}
+
+
+def write(tmp_path, sweep=SWEEP, big=True):
+    """A price table with a 16 GB and an 80 GB device, and a cluster of one-GPU and (``big``) 8-GPU nodes."""
+    prices = load_prices()
+    prices["devices"] = {
+        "G16": {"memory_gb": 16, "peak_flops": 1e14},
+        "G80": {"memory_gb": 80, "peak_flops": 4e14},
+    }
+    prices["instances"] = {"small": {"usd_per_hour": 1.0, "cpus": 8, "memory_gb": 64, "gpus": 1, "device": "G16"},
+                           "large": {"usd_per_hour": 16.0, "cpus": 96, "memory_gb": 1024, "gpus": 8, "device": "G80"},
+                           "head": {"usd_per_hour": 0.5, "cpus": 8, "memory_gb": 32}}  # fmt: skip
+    types = {"head_cpu": {"resources": {"CPU": 8}, "node_config": {"InstanceType": "head"}},
+             "gpu_small": {"max_workers": 4, "resources": {"CPU": 8, "GPU": 1}, "node_config": {"InstanceType": "small"}}}  # fmt: skip
+    if big:
+        types["gpu_large"] = {
+            "max_workers": 1,
+            "resources": {"CPU": 96, "GPU": 8},
+            "node_config": {"InstanceType": "large"},
+        }
+    files = {"prices.yaml": prices, "cluster.yaml": {"available_node_types": types, "head_node_type": "head_cpu"},
+             "sweep.yaml": sweep}  # fmt: skip
+    for name, data in files.items():
+        (tmp_path / name).write_text(yaml.safe_dump(data))
+    return [str(tmp_path / name) for name in files]
+
+
+def test_cells_go_to_the_smallest_node_they_fit_and_flops_cost_and_budget_add_up(tmp_path, capsys):
+    prices_file, cluster_file, sweep_file = write(tmp_path)
+    sweep, prices = load_sweep(sweep_file), load_prices(prices_file)
+    nodes = read_cluster(cluster_file, prices, None)
+    planned = {p.spec.adaptation: p for p in plan_cells(sweep, nodes, tokens_for())}
+    # GPT-2 XL in fp32: 6.2 GB of weights fit 16 GB to score; full fine-tuning's AdamW states do not
+    assert planned["none"].node.name == "gpu_small" and planned["lora"].node.name == "gpu_small"
+    assert planned["full"].node.name == "gpu_large" and 16 * 2**30 < planned["full"].memory < 72 * 2**30
+    shape = shape_of("openai-community/gpt2-xl")
+    expected = (
+        2 * 100 * train_flops(shape, 128, 1, shape.matmul_params)
+    )  # epochs x members, a hub dataset's max_length
+    assert planned["full"].work.own.stages["train"]["train"] == expected
+    assert (
+        planned["lora"].work.own.stages["train"]["train"] < expected * 0.7
+    )  # no weight gradients of the body
+    for p in planned.values():
+        assert p.usd == pytest.approx(p.seconds / 3600 * p.node.usd_per_hour * p.gpus / p.node.gpus)
+    # the split's shared work (base signals, neighbour texts, the blind control) is charged once, to `none`
+    none_own = seconds(planned["none"].work.own, planned["none"].node.rates)
+    assert planned["none"].seconds > none_own and planned["lora"].seconds == pytest.approx(
+        seconds(planned["lora"].work.own, planned["lora"].node.rates)
+    )
+
+    assert main(["plan", sweep_file, "--cluster", cluster_file, "--prices", prices_file, "--cells",
+                 "--budget-usd", f"{planned['none'].usd + planned['lora'].usd + 1e-6:.9f}"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    hours, wall, usd = totals_in(out)
+    assert hours == pytest.approx(sum(p.gpu_hours for p in planned.values()), rel=1e-3)
+    assert wall == pytest.approx(
+        planned["full"].seconds / 3600, abs=0.01
+    )  # the longest cell, alone on its node
+    assert usd == pytest.approx(sum(p.usd for p in planned.values()) + wall * 0.5, rel=1e-2, abs=0.01)
+    assert (
+        "budget" in out and "2 of 3 cells fit" in out and "openai-community/gpt2-xl x full (1 cells)" in out
+    )
+    assert all(p.spec.cell_id() in out for p in planned.values())  # --cells: a row each
+
+    _, cluster_file, _ = write(tmp_path, big=False)
+    assert main(["plan", sweep_file, "--cluster", cluster_file, "--prices", prices_file]) == 0
+    unfit = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fits no node type")]
+    assert (
+        len(unfit) == 1
+        and planned["full"].spec.cell_id() in unfit[0]
+        and "over 90% of G16 (16 GB)" in unfit[0]
+    )
+
+
+def test_a_model_known_only_by_size_or_config_and_bad_input(tmp_path, capsys):
+    sweep = dict(
+        SWEEP, matrix=dict(SWEEP["matrix"], model=["someorg/private-7b"], adaptation=["none", "lora"])
+    )
+    prices_file, cluster_file, sweep_file = write(tmp_path, sweep)
+    assert main(["plan", sweep_file, "--cluster", cluster_file, "--prices", prices_file]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "someorg/private-7b" in err and "--params" in err
+    given = ["--params", "someorg/private-7b=7B:llama", "--cluster", cluster_file, "--prices", prices_file]
+    assert main(["plan", sweep_file, *given]) == 0
+    assert "total:" in capsys.readouterr().out
+    with registered(["someorg/private-7b=7B:llama"]):
+        assert 6.3e9 < shape_of("someorg/private-7b").total_params < 7.7e9
+    assert "someorg/private-7b" not in MODELS  # for the command's run only
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "opt", "hidden_size": 256, "ffn_dim": 1024, "num_hidden_layers": 4,
+                                  "num_attention_heads": 4, "vocab_size": 5000, "word_embed_proj_dim": 256}))  # fmt: skip
+    other = dict(sweep, matrix=dict(sweep["matrix"], model=["someorg/from-config"]))
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    assert main(["plan", str(tmp_path / "other.yaml"), "--params", f"someorg/from-config={config}"]) == 0
+    with registered([f"someorg/from-config={config}"]):
+        assert shape_of("someorg/from-config").layers == 4 and shape_of("someorg/from-config").vocab == 5000
+    for bad, words in ((["--params", "x/y=7B"], "give the family"), (given[:2] + ["--cluster", "nowhere.yaml"], "does not exist"),
+                       (["--params", "x/y=big:llama"], "is not a size")):  # fmt: skip
+        capsys.readouterr()
+        assert main(["plan", sweep_file, *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err
+
+
+def test_calibration_recovers_the_rates_a_runs_timings_came_from(tmp_path):
+    """Timings made from known rates (a cell's own stages, each split's shared ones by its first cell, one
+    cell per worker process paying the start-up, the costly attacks at a best checkpoint before the last in
+    one trajectory of two): the fit predicts every cell and split to rounding."""
+    sweep = dict(SWEEP, matrix=dict(SWEEP["matrix"], model=["tiny-gpt2", "tiny-opt"]),
+                 train={"max_length": 64, "checkpoints": [1, 2]})  # fmt: skip
+    *_, sweep_file = write(tmp_path, sweep)
+    known = dict(zip(UNITS, (2e-10, 5e-10, 3e-3, 8e-3, 1e-3, 2e-4, 0.1, 0.05, 3.0, 1e-9), strict=True))
+    tokens_of, done = tokens_for(measure=False), set()
+    cells = load_sweep(sweep_file).cells
+    for index, cell in enumerate(cells):
+        spec = cell.resolve(build=False)
+        ran = [["loss", "reference", "blind"], ["loss", "reference", "neighbourhood", "gradnorm", "blind"]]
+        if spec.adaptation == "full" and spec.model == "tiny-opt":
+            ran[0] = ran[1]  # the best checkpoint came first
+        ran = ran[-len(spec.train.checkpoints) :]
+        work = cell_work(spec, shape_of, tokens_of, ran)
+        timings = {label: seconds(dict(units), known) for label, units in work.own.stages.items()}
+        timings["load_model"] += known["process"] * (index < 2)
+        for key, shared in work.shared.items():
+            for label, units in shared.stages.items():
+                if (key, label) not in done:
+                    done.add((key, label))
+                    timings[label] = timings.get(label, 0.0) + seconds(dict(units), known)
+        folder = tmp_path / "results" / "cells" / f"cell{index}"
+        folder.mkdir(parents=True)
+        record = {"cell_id": f"cell{index}", "config": spec.to_dict(), "timings": timings,
+                  "checkpoints": [{"attacks": a} for a in ran], "runtime": {"pid": index % 2, "ray_node_id": "n"}}  # fmt: skip
+        (folder / "cell.json").write_text(json.dumps(record, default=str))
+        (folder / "DONE").write_text(json.dumps({"finished": f"2026-01-01T00:00:{index:02d}Z"}))
+    finished = finished_cells(tmp_path / "results")
+    assert [c.first for c in finished[:3]] == [True, True, False]
+    works = [cell_work(c.spec, shape_of, tokens_of, c.ran) for c in finished]
+    rows = observations(finished, works)
+    assert any("blind_record" in units for units, _ in rows)  # the split's shared stages are rows too
+    rates = calibrate(tmp_path / "results", known["load_byte"], shape_of, tokens_of)
+    assert rates["best_before_last"] == 0.25  # 1 of the 4 trajectories
+    for units, spent in rows:
+        assert seconds(units, rates) == pytest.approx(spent, rel=1e-6)
+    found = compare(tmp_path / "results", rates, shape_of, tokens_of)
+    assert found["predicted_s"] == pytest.approx(found["measured_s"], rel=0.05)  # a priori: best unknown
+    assert all(abs(p - m) < 1e-6 * m for p, m in found["splits"])
+    assert SHARED.strip() in " ".join(label for c in finished for label in c.timings)
+
+
+def test_the_paper_sweep_priced_on_the_aws_cluster(capsys):
+    root = Path(__file__).resolve().parents[1]
+    assert (
+        main(
+            ["plan", str(root / "benchmarks/sweeps/paper.yaml"), "--cluster", str(root / "clusters/aws.yaml")]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    hours, wall, usd = totals_in(out)
+    assert "459 cells" in out and hours > 0 and wall > 0 and usd > 0
+    unfit = [line for line in out.splitlines() if line.startswith("fits no node type: ")]
+    ids = {
+        cell.resolve(build=False).cell_id()
+        for cell in load_sweep(str(root / "benchmarks/sweeps/paper.yaml")).cells
+    }
+    for line in unfit:  # one line each: the cell, and why each GPU node type cannot hold it
+        assert line.split(": ")[1] in ids and "gpu_1x: " in line and "gpu_8x: " in line
+    assert f"{len(unfit)} cells fit no node type" in out or not unfit
