@@ -116,22 +116,3 @@ def _budget_line(planned: list[Planned], budget: float) -> str:
     return (f"budget ${budget:g}: {len(kept)} of {len(planned)} cells fit (${spent:.2f}, every none control "
             f"first, then the cheapest); left out for the budget: {left_text}"
             + (f"; and the {unfit} that fit no node type" if unfit else ""))  # fmt: skip
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
-
-
-def _num(x: float) -> str:
-    return f"{x:.1f}" if x >= 100 else f"{x:.4g}"
-
-
-def _budget_line(planned: list[Planned], budget: float) -> str:
-    kept, left = within_budget(planned, budget)
-    spent = sum(p.usd for p in kept)
-    out = Counter(f"{p.spec.model} x {p.spec.adaptation}" for p in left)
-    left_text = "; ".join(f"{name} ({n} cells)" for name, n in sorted(out.items())) or "nothing"
-    return (f"budget ${budget:g}: {len(kept)} of {len(planned)} cells fit (${spent:.2f}, every none control "
-            f"first, then the cheapest); left out: {left_text}")  # fmt: skip
