@@ -4,8 +4,8 @@ Each cell's work (:mod:`~privauditor.orchestrator.work`) is priced at a node typ
 per unit: FLOPs at the device's peak times an assumed utilisation, or rates fitted by ``--calibrate``) and
 its memory (:mod:`~privauditor.orchestrator.costs`) is set against the node type's: a cell goes to the
 smallest node type it fits (fewest GPUs, then the cheapest), as Ray's autoscaler packs a request onto the
-node type it fills best, and a cell that fits none is named. Shared work (the
-split's un-adapted views, made once) is charged to the first cell of its split. Totals: GPU-hours, the
+node type it fills best, and a cell that fits none is named. Shared work (views of un-adapted models, the
+neighbour texts, the blind control: made once) is charged to the first cell that reads it. Totals: GPU-hours, the
 wall time at the cluster's maximum workers (the longer of the longest cell and the node type's busy
 node-hours spread over its workers: what a full cluster reaches), and the cost at the node types'
 prices plus the head node for the wall time.
@@ -50,7 +50,7 @@ def load_prices(path: str | Path | None = None) -> dict[str, Any]:
     path = Path(path or PRICES)
     if not path.is_file():
         raise PrivauditorError(f"price table '{path}' does not exist")
-    prices = yaml.safe_load(path.read_text()) or {}
+    prices = _yaml(path)
     for key in ("as_of", "instances", "devices", "utilisation", "gpu_seconds", "cpu_seconds"):
         if key not in prices:
             raise PrivauditorError(f"price table '{path}' has no '{key}'")
@@ -81,7 +81,7 @@ def read_cluster(
         path = PRICES.parent / f"{path.name.removesuffix('.yaml')}.yaml"  # a shipped cluster by name: aws
     if not path.is_file():
         raise PrivauditorError(f"cluster file '{path}' does not exist")
-    config = yaml.safe_load(path.read_text()) or {}
+    config = _yaml(path)
     found = []
     for name, node in (config.get("available_node_types") or {}).items():
         resources, node_config = node.get("resources", {}), node.get("node_config", {})
@@ -104,6 +104,17 @@ def read_cluster(
         raise PrivauditorError(f"{path.name} has no available_node_types (machines of a local cluster are not "
                                "described: plan without --cluster on one of them)")  # fmt: skip
     return found
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping, or a one-line error naming the file."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise PrivauditorError(f"{path.name} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise PrivauditorError(f"{path.name} does not hold a YAML mapping")
+    return data
 
 
 def seconds(work: Work | dict[str, float], rates: dict[str, float]) -> float:

@@ -95,3 +95,15 @@ def test_zero_memory_equals_deepspeeds_estimators_for_a_7b_model(stage, gpus, no
             cpu_offload_params=offload, zero_init=True,
         )[:2]  # fmt: skip
     assert ours == tuple(int(x) for x in theirs)
+
+
+def test_every_registered_checkpoint_has_the_size_it_is_registered_with():
+    """The planner prices a hub checkpoint by the architecture registered with it (no hub): it must give
+    the parameter count the registry states (``6.7B``, ``2.8B``: within 5 %)."""
+    from privauditor.orchestrator.shapes import parse_size, shape_of
+    from privauditor.tasks.models import MODELS
+
+    hub = [(name, spec) for name, spec in MODELS.items() if spec.source == "hub"]
+    assert len(hub) >= 6 and all(spec.architecture for _, spec in hub)
+    for name, spec in hub:
+        assert abs(shape_of(name).total_params / parse_size(spec.params) - 1) < 0.05, name

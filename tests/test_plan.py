@@ -137,8 +137,13 @@ def test_a_model_known_only_by_size_or_config_and_bad_input(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "other.yaml"), "--params", f"someorg/from-config={config}"]) == 0
     with registered([f"someorg/from-config={config}"]):
         assert shape_of("someorg/from-config").layers == 4 and shape_of("someorg/from-config").vocab == 5000
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("available_node_types: [\n")
     for bad, words in ((["--params", "x/y=7B"], "give the family"), (given[:2] + ["--cluster", "nowhere.yaml"], "does not exist"),
-                       (["--params", "x/y=big:llama"], "is not a size")):  # fmt: skip
+                       (["--params", "x/y=big:llama"], "is not a size"),
+                       (given[:2] + ["--prices", sweep_file], "has no 'as_of'"),
+                       (given[:2] + ["--cluster", str(config)], "has no available_node_types"),
+                       (given[:2] + ["--cluster", str(broken)], "is not valid YAML")):  # fmt: skip
         capsys.readouterr()
         assert main(["plan", sweep_file, *bad]) == 2
         err = capsys.readouterr().err.strip()
