@@ -122,27 +122,29 @@ def seconds(work: Work | dict[str, float], rates: dict[str, float]) -> float:
     return sum(amount * rates.get(unit, 0.0) for unit, amount in units.items())
 
 
-def memory_bytes(spec: Any, cw: CellWork, technique: Any) -> int:
+def memory_bytes(spec: Any, cw: CellWork) -> int:
     """The most one device holds: scoring (weights and a batch's logits) or training (weights, gradients
-    and optimizer states, as ZeRO partitions them under DeepSpeed; activations; DP's per-sample
-    gradients), at ``max_length`` tokens."""
+    and optimizer states, as ZeRO partitions them under DeepSpeed: for full fine-tuning exactly
+    DeepSpeed's estimate; activations; DP's per-sample gradients), at ``max_length`` tokens."""
     from privauditor.tasks.models import resolve_model
 
     shape, seq = cw.shape, spec.train.max_length
     dtype = DTYPE_BYTES.get(resolve_model(spec.model).dtype, 4)
     source = seq if shape.seq2seq else 0
     scoring = shape.total_params * dtype + spec.score.batch_size * seq * shape.vocab * (dtype + 4)
-    if not technique.trains:
+    if not cw.technique.trains:
         return scoring
     ds, workers = spec.train.deepspeed, max(1, spec.train.workers)
     micro = math.ceil(spec.train.batch_size / workers)
-    if ds is not None and spec.adaptation == "full":
-        state = zero_state_bytes(shape.total_params, shape.largest_layer_params, max(ds.stage, 1), workers, 1,
-                                 ds.offload)[1]  # fmt: skip
-    elif ds is not None and ds.stage == 3:
-        state = plain_state_bytes(shape.total_params, cw.trainable, dtype) // workers
-    else:
+    if ds is None:
         state = plain_state_bytes(shape.total_params, cw.trainable, dtype)
+    else:  # the frozen weights (partitioned by ZeRO-3), and ZeRO's mixed-precision states of what trains
+        frozen = (shape.total_params - cw.trainable) * dtype // (workers if ds.stage == 3 else 1)
+        stage = max(ds.stage, 1)
+        state = (
+            frozen
+            + zero_state_bytes(cw.trainable, shape.largest_layer_params, stage, workers, 1, ds.offload)[1]
+        )
     if spec.defence == "dp":
         state += per_sample_gradient_bytes(cw.trainable, spec.train.batch_size)
     return max(scoring, state + activation_bytes(shape, seq, micro, dtype, source))
@@ -178,7 +180,6 @@ def plan_cells(
 ) -> list[Planned]:
     """Every cell of ``sweep`` priced on the node type it goes to (``best_before_last``: see
     :func:`~privauditor.orchestrator.work.cell_work`)."""
-    from privauditor.tasks.adaptations import build_adaptation
     from privauditor.tasks.models import resolve_model
 
     from .shapes import shape_of
@@ -187,7 +188,6 @@ def plan_cells(
     for cell in sweep.cells:
         spec = cell.resolve(build=False)
         cw = cell_work(spec, shape_of, tokens_of, best_before_last=best_before_last)
-        technique = build_adaptation(spec.adaptation, spec.adaptation_params)
         needs = resolve_model(spec.model).resources
         gpus_each = (
             needs.gpus if sweep.run.gpus_per_trial in ("auto", None) else float(sweep.run.gpus_per_trial)
@@ -201,7 +201,7 @@ def plan_cells(
             if key not in shared_done:
                 shared_done.add(key)
                 work = _merged(work, shared.total())
-        memory = memory_bytes(spec, cw, technique)
+        memory = memory_bytes(spec, cw)
         best, why = None, []
         for node in nodes:
             fits = _fits(node, gpus, cpus, memory)

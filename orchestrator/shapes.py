@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from privauditor.tasks.errors import PrivauditorError
 
@@ -90,14 +90,11 @@ def config_of(name: str) -> Any:
     """The transformers config of model ``name``, without weights or the network."""
     from transformers import AutoConfig
 
-    from privauditor.tasks.models import FAMILIES, TinyArchitecture, resolve_model
-    from privauditor.tasks.models._tokenizer import VOCAB_SIZE
+    from privauditor.tasks.models import TinyArchitecture, resolve_model, tiny_config
 
     spec = resolve_model(name)
-    family = FAMILIES.get(spec.family)
-    specials = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     if spec.source == "tiny":
-        return family.tiny_config(TinyArchitecture(), VOCAB_SIZE, specials)
+        return tiny_config(spec.family)
     if spec.source == "local":
         return AutoConfig.from_pretrained(spec.path)
     architecture = dict(spec.architecture)
@@ -107,7 +104,7 @@ def config_of(name: str) -> Any:
         layers = max(1, round(params / (12 * hidden * hidden)))
         arch = replace(TinyArchitecture(), hidden=hidden, layers=layers, heads=hidden // 128, ffn=4 * hidden,
                        max_positions=2048)  # fmt: skip
-        return family.tiny_config(arch, 32000, specials)
+        return tiny_config(spec.family, arch, vocab_size=32000)
     if architecture:
         return AutoConfig.for_model(architecture.pop("model_type"), **architecture)
     try:
@@ -124,8 +121,14 @@ def shape_of(name: str) -> Shape:
     return Shape.from_config(config_of(name))
 
 
+class Trainable(NamedTuple):
+    params: int  # trainable parameters
+    matmul: int  # trainable weights of matrix multiplications (their gradients cost FLOPs per token)
+    body: bool  # something below the output layer trains or takes gradients: the backward runs through
+
+
 @functools.cache
-def _trainable(name: str, adaptation: str, params: str) -> tuple[int, int]:
+def _trainable(name: str, adaptation: str, params: str) -> Trainable:
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
     from transformers.pytorch_utils import Conv1D
@@ -134,27 +137,27 @@ def _trainable(name: str, adaptation: str, params: str) -> tuple[int, int]:
     from privauditor.tasks.models import FAMILIES, resolve_model
 
     technique = build_adaptation(adaptation, json.loads(params))
-    config = config_of(name)
     family = FAMILIES.get(resolve_model(name).family)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # peft's calls of deprecated transformers names
-        model = (AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM).from_config(config)
+        model = (AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM).from_config(
+            config_of(name)
+        )
+        head = model.get_output_embeddings().weight
         try:
             model = technique.apply(model, family)
         except Exception:  # a technique that needs the tokenizer (prompt tuning's text initialisation)
             if not technique.prompt_learning:
                 raise
-            return technique.virtual_tokens * shape_of(name).hidden, 0
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            return Trainable(technique.virtual_tokens * shape_of(name).hidden, 0, True)
+    trained = [p for p in model.parameters() if p.requires_grad]
     matmul = sum(m.weight.numel() for m in model.modules()
                  if isinstance(m, torch.nn.Linear | Conv1D) and m.weight.requires_grad)  # fmt: skip
-    return trainable, matmul
+    return Trainable(sum(p.numel() for p in trained), matmul, any(p is not head for p in trained))
 
 
-def trainable_params(name: str, shape: Shape, technique: Any) -> tuple[int, int]:
-    """(trainable parameters, trainable matrix weights) of ``technique`` on model ``name``, counted on the
-    meta device."""
-    del shape
+def trainable_params(name: str, technique: Any) -> Trainable:
+    """What ``technique`` trains on model ``name``, counted on the meta device."""
     return _trainable(
         name, technique.name, json.dumps(technique.hyperparameters(), sort_keys=True, default=str)
     )

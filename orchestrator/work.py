@@ -79,6 +79,7 @@ class CellWork:
     trainable: int
     shape: Shape
     tokens: Tokens
+    technique: Any
 
 
 def cell_work(
@@ -118,11 +119,10 @@ def cell_work(
     extra = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
     demos = getattr(technique, "demonstrations", 0) if technique.in_context else 0
     seq = _lengths(shape, tokens, extra, demos, spec.train.max_length)
-    trainable, trainable_matmul = trainable_params(spec.model, shape, technique)
+    trainable, trainable_matmul, body = trainable_params(spec.model, technique)
     if technique.trains:
         passes = spec.train.epochs * trained
-        head_only = spec.adaptation == "head"
-        flops = train_flops(shape, seq[0], 1, trainable_matmul, seq[1], inputs=not head_only)
+        flops = train_flops(shape, seq[0], 1, trainable_matmul, seq[1], inputs=body)
         own.add("train", train=passes * flops, gradient=passes)
     else:
         own.add("train", cell=1)  # a technique that trains nothing still passes through the training step
@@ -173,7 +173,7 @@ def cell_work(
                 shared[keys["texts"]].add(
                     view.label + SHARED, neighbour=made, forward=made * forward_flops(_masked_lm(), seq[0])
                 )
-    return CellWork(own, shared, data_key, trainable, shape, tokens)
+    return CellWork(own, shared, data_key, trainable, shape, tokens, technique)
 
 
 def _lengths(shape: Shape, tokens: Tokens, extra: int, demos: int, max_length: int) -> tuple[int, int]:
@@ -220,12 +220,8 @@ def _attack(name: str, params: str) -> tuple[Any, tuple[Any, ...]]:
 
 @functools.cache
 def _masked_lm() -> Shape:
-    from transformers import BertConfig
+    from privauditor.tasks.models import masked_lm_config
 
-    from privauditor.tasks.models._tiny import MASKED_LM_ARCH
-    from privauditor.tasks.models._tokenizer import VOCAB_SIZE
-
-    arch = MASKED_LM_ARCH
-    config = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=arch.hidden, num_hidden_layers=arch.layers,
-                        num_attention_heads=arch.heads, intermediate_size=arch.ffn, is_decoder=True)  # fmt: skip
+    config = masked_lm_config()
+    config.is_decoder = True  # built as an LM head model on the meta device: the same matrices
     return Shape.from_config(config)

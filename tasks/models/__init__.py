@@ -54,10 +54,12 @@ __all__ = [
     "checkpoint_identity",
     "checkpoint_path",
     "load_model",
+    "masked_lm_config",
     "masked_lm_identity",
     "masked_lm_path",
     "pretrain_report",
     "resolve_model",
+    "tiny_config",
     "weights_identity",
 ]
 
@@ -133,6 +135,22 @@ class LoadedModel:
     @property
     def seq2seq(self) -> bool:
         return self.family.seq2seq
+
+
+def tiny_config(family_name: str, arch: TinyArchitecture | None = None, vocab_size: int | None = None) -> Any:
+    """The transformers config of the offline base ``tiny-<family_name>`` (or of that family at ``arch``,
+    with ``vocab_size`` entries): its architecture alone, nothing built or loaded."""
+    from ._tiny import tiny_config as config_of
+    from ._tokenizer import VOCAB_SIZE
+
+    return config_of(family_name, arch, vocab_size or VOCAB_SIZE)
+
+
+def masked_lm_config() -> Any:
+    """The config of the offline masked LM that makes neighbour texts: its architecture alone."""
+    from ._tiny import masked_lm_config as config_of
+
+    return config_of()
 
 
 def checkpoint_path(

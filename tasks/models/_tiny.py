@@ -15,7 +15,7 @@ from pathlib import Path
 from ..cache import cached_dir
 from ._corpus import load_corpus
 from ._spec import FAMILIES, PretrainProfile, TinyArchitecture, active_profile
-from ._tokenizer import tokenizer_dir
+from ._tokenizer import SPECIAL_TOKENS, VOCAB_SIZE, tokenizer_dir
 
 # Share of positions the masked LM predicts. BERT's 15 % left a tiny MLM at the unigram loss after 600
 # steps here; 40 % (Wettig et al. 2023, https://arxiv.org/abs/2202.08005) gives each step more signal.
@@ -99,6 +99,41 @@ def family_profile(profile: PretrainProfile, family) -> PretrainProfile:
     return replace(profile, lr=profile.lr * scale, induction=induction)
 
 
+#: the offline tokenizer's special-token ids: its trainer places the special tokens first, in this order
+SPECIAL_IDS = {f"{name}_id": list(SPECIAL_TOKENS).index(name) for name in ("pad_token", "bos_token", "eos_token")}
+
+
+def tiny_config(
+    family_name: str,
+    arch: TinyArchitecture | None = None,
+    vocab_size: int = VOCAB_SIZE,
+    special_ids: dict[str, int] | None = None,
+):
+    """The transformers config of ``tiny-<family_name>`` (or of that family at ``arch``), without building
+    anything: the offline tokenizer's vocabulary size and special ids unless given."""
+    family = FAMILIES.get(family_name)
+    return family.tiny_config(arch or TinyArchitecture(), vocab_size, special_ids or SPECIAL_IDS)
+
+
+def masked_lm_config(vocab_size: int = VOCAB_SIZE, pad_token_id: int = SPECIAL_IDS["pad_token_id"]):
+    """The config of the offline masked LM that proposes neighbour substitutions (BERT architecture)."""
+    from transformers import BertConfig
+
+    arch = MASKED_LM_ARCH
+    return BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=arch.hidden,
+        num_hidden_layers=arch.layers,
+        num_attention_heads=arch.heads,
+        intermediate_size=arch.ffn,
+        max_position_embeddings=arch.max_positions,
+        type_vocab_size=1,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pad_token_id=pad_token_id,
+    )
+
+
 def tiny_base_dir(
     family_name: str,
     profile: PretrainProfile | None = None,
@@ -116,7 +151,7 @@ def tiny_base_dir(
     if found is None:
         return None
     corpus, tok_dir, tokenizer = found
-    config = family.tiny_config(arch or TinyArchitecture(), len(tokenizer), _special_ids(tokenizer))
+    config = tiny_config(family_name, arch, len(tokenizer), _special_ids(tokenizer))
     objective = "seq2seq" if family.seq2seq else "causal"
     return _cached_model(f"tiny-{family_name}", config, objective, profile, corpus, tok_dir, build)
 
@@ -124,8 +159,6 @@ def tiny_base_dir(
 def masked_lm_dir(profile: PretrainProfile | None = None, build: bool = True) -> Path | None:
     """The cached small masked LM (BERT architecture) that proposes neighbour substitutions (with
     ``build`` False, None when it is not built)."""
-    from transformers import BertConfig
-
     profile = profile or active_profile()
     # Post-LN BERT stalls at the causal bases' 1e-2 (measured: 6.87 vs unigram 6.88 at 5e-3, 6.45 at
     # 2e-3), and a masked LM learns from a fraction of the positions only: a fifth of the rate, twice
@@ -135,19 +168,7 @@ def masked_lm_dir(profile: PretrainProfile | None = None, build: bool = True) ->
     if found is None:
         return None
     corpus, tok_dir, tokenizer = found
-    arch = MASKED_LM_ARCH
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=arch.hidden,
-        num_hidden_layers=arch.layers,
-        num_attention_heads=arch.heads,
-        intermediate_size=arch.ffn,
-        max_position_embeddings=arch.max_positions,
-        type_vocab_size=1,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = masked_lm_config(len(tokenizer), tokenizer.pad_token_id)
     return _cached_model("tiny-mlm", config, "mlm", profile, corpus, tok_dir, build, mask_rate=MASK_RATE)
 
 
