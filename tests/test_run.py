@@ -117,7 +117,9 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     rows = {cell[0]: float(cell[1]) for cell in cells}
     assert rows["train"] == pytest.approx(sum(t.get("train", 0) for t in timings), abs=0.06)
     assert set(rows) == {stage for t in timings for stage in t}
-    assert "signals (shared)" in rows  # the base's signals: shared work, timed apart from a cell's own
+    # the base's signals: shared work, timed apart from a cell's own, under the label of whichever view
+    # reached it first (the `none` cell's target, or the `lora` cell's reference)
+    assert {"signals (shared)", "signals(model=reference) (shared)"} & set(rows), sorted(rows)
     # the planner knows every stage a cell timed, under the same label (what calibration fits)
     for cell in finished_cells(out):
         work = cell_work(cell.spec, shape_of, tokens_for(), cell.ran)
