@@ -1,8 +1,9 @@
 """Each technique's learning rate on each offline base, chosen by validation NLL under the constant schedule.
 
 The rule, fixed before any result is seen and never reading an attack's output: for every tiny base
-and every technique it supports, train on the members of a split of each dataset (seed 0, the default
-sweep's sizes) at rates on a ladder a factor √10 apart, snapshotting at the checkpoint schedule; a
+and every technique it supports, train on the members of a split of each dataset's reserved pool (seed 0;
+records no sweep's split draws from, so no audited record ever chose a rate) at rates on a ladder a
+factor √10 apart, snapshotting at the default sweep's checkpoint schedule; a
 rate's figure is its lowest validation NLL over the checkpoints (the checkpoint a practitioner would
 keep), averaged over the datasets; the chosen rate has the lowest figure (ties: the smaller rate). The
 ladder starts at the technique's class default and one step either side, and grows a step past an end
@@ -36,10 +37,11 @@ from privauditor.tasks.config import SplitConfig
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import MODELS, active_profile
 from privauditor.tasks.snapshots import restore, trainable_state
-from privauditor.tasks.splits import draw_split
+from privauditor.tasks.splits import draw_reserved
 from privauditor.tasks.training import TrainConfig, apply_seeded, train, validation_loss
 
 LADDER = [round(m * 10.0**e, 10) for e in range(-6, 2) for m in (1, 3)]  # 1e-6, 3e-6, ..., 10, 30
+HEADER = ["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"]
 RATES_FILE = Path(__file__).resolve().parents[1] / "tasks" / "adaptations" / "_rates.py"
 
 
@@ -50,11 +52,11 @@ def figure(loaded, technique, splits, lr, *, checkpoints, max_length, batch_size
         adaptation = build_adaptation(technique)
         model = apply_seeded(adaptation, copy.deepcopy(loaded.model), loaded.family, seed=0)
         states = {}
-        config = TrainConfig(epochs=checkpoints[-1], lr=lr, batch_size=batch_size, max_length=max_length)
+        config = TrainConfig(epochs=int(checkpoints[-1]), lr=lr, batch_size=batch_size, max_length=max_length)
         train(
             model, loaded.tokenizer, split.members, config, loaded.seq2seq, checkpoints=checkpoints,
             on_checkpoint=lambda epoch, step, states=states, model=model: states.__setitem__(
-                epoch, trainable_state(model)
+                step, trainable_state(model)
             ),
         )  # fmt: skip
         losses = []
@@ -86,20 +88,39 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["finance", "sql"])
     parser.add_argument("--members", type=int, default=64)
     parser.add_argument("--validation", type=int, default=32)
-    parser.add_argument("--checkpoints", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--checkpoints", type=float, nargs="+", default=[0.25, 0.5, 1, 2, 4])
     parser.add_argument("--max-length", type=int, default=96)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--models", nargs="+", default=[n for n, s in MODELS.items() if s.source == "tiny"])
     parser.add_argument(
         "--techniques", nargs="+", default=[n for n in ADAPTATIONS.names() if build_adaptation(n).trains]
     )
+    parser.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="torch threads")
     parser.add_argument("--write", action="store_true", help=f"store the choice in {RATES_FILE.name}")
+    parser.add_argument("--json", type=Path, help="also write the settings and the choice to this file")
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="combine --json files of runs over other models"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(args.threads)
+    if args.merge:  # runs over disjoint models (e.g. one per core), same settings
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        chosen: dict[str, dict[str, float]] = {}
+        for part in parts:
+            for technique, by_model in part["chosen"].items():
+                chosen.setdefault(technique, {}).update(by_model)
+        settings = parts[0]["settings"] | {
+            "models": sorted(m for p in parts for m in p["settings"]["models"])
+        }
+        print(render(HEADER, [row for part in parts for row in part["table"]]))
+        if args.write:
+            write_rates(settings, chosen)
+        return
 
     sizes = SplitConfig(args.members, args.members, args.validation)
-    splits = [draw_split(load_dataset(d), sizes, seed=0) for d in args.datasets]
+    splits = [draw_reserved(load_dataset(d), sizes, seed=0) for d in args.datasets]
+    args.checkpoints = [int(c) if float(c).is_integer() else c for c in args.checkpoints]
     chosen: dict[str, dict[str, float]] = {}
     rows = []
     for model_name, loaded, technique, adaptation in supported_pairs(args.models, args.techniques):
@@ -122,22 +143,23 @@ def main() -> None:
             ]
         )
         print(
-            render(["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"], rows[-1:]).splitlines()[
-                -1
-            ],
+            render(HEADER, rows[-1:]).splitlines()[-1],
             flush=True,
         )
     print()
-    print(render(["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"], rows))
-    settings = vars(args) | {"write": None, "profile": active_profile().name, "seed": 0}
+    print(render(HEADER, rows))
+    settings = {k: v for k, v in vars(args).items() if k not in ("write", "json", "threads")}
+    settings |= {"profile": active_profile().name, "seed": 0, "pool": "reserved"}
     print(json.dumps({"settings": settings, "chosen": chosen}))
+    if args.json:
+        args.json.write_text(json.dumps({"settings": settings, "chosen": chosen, "table": rows}, indent=1))
     if args.write:
         write_rates(settings, chosen)
 
 
 def write_rates(settings: dict, chosen: dict[str, dict[str, float]]) -> None:
     """``tasks/adaptations/_rates.py`` holding ``chosen`` and the settings it was chosen with."""
-    settings = {k: v for k, v in settings.items() if k != "write"}
+    settings = {k: v for k, v in settings.items() if k not in ("write", "json", "threads", "merge")}
     RATES_FILE.write_text(
         '"""Learning rates of each technique on each tiny base, chosen by validation NLL under the constant\n'
         "schedule (the rule and the command: ``benchmarks/learning_rates.py``). Written by that script.\n"

@@ -92,14 +92,14 @@ def duplication_table(out: Path, rows: list[dict[str, Any]], attack: str) -> lis
     found = []
     for r in chosen:
         record = json.loads((Path(out) / "cells" / r["cell_id"] / "cell.json").read_text())
-        path = next(c["path"] for c in record["checkpoints"] if c["epoch"] == r["epoch"])
+        path = next(c["path"] for c in record["checkpoints"] if c["step"] == r["step"])
         metrics = json.loads((Path(out) / "cells" / r["cell_id"] / path / "metrics.json").read_text())[attack]
         found.append((r, metrics["auc_by_repeats"]))
     counts = sorted({int(k) for _, by in found for k in by})
     body = [
         [r["model"], r["dataset"], r["seed"], r["cell_id"].split("__")[1], r["epoch"],
          *(_fmt(by.get(str(c))) for c in counts), _fmt(r["auc_repeated_vs_singleton"])]
-        for r, by in sorted(found, key=lambda x: (x[0]["cell_id"], x[0]["epoch"]))
+        for r, by in sorted(found, key=lambda x: (x[0]["cell_id"], x[0]["step"]))
     ]  # fmt: skip
     header = ["model", "dataset", "seed", "technique", "epoch", *(f"AUC, trained {c}×" for c in counts),
               "repeated vs singletons"]  # fmt: skip

@@ -1,26 +1,25 @@
-"""Findings: what a results folder says about the paper's question, with controls and significance.
+"""Findings: what a results folder says about the paper's question, answer first.
 
-``privauditor report DIR`` writes ``findings.md`` into the folder and prints it. Every view compares
-techniques under one attack (``--attack``, default ``loss``: the attack every other one refines, and a
-cheap one, so it runs at every checkpoint) and states its rule:
+``privauditor report DIR [--attack loss]`` writes ``findings.md`` into the folder and prints it. It opens
+with the **Answer** (:mod:`.answer`): the techniques ranked over complete (model, dataset) blocks under
+one attack at one view (the sweep hypothesis's checkpoint, else each cell's last), with Friedman's test,
+pairwise Wilcoxon–Holm tests and their critical-difference diagram, the sweep's one confirmatory test
+(Page's L of its class order, :mod:`.hypothesis`) and random-effects estimates of how much more each class
+leaks. Everything after it is exploratory, and each family of tests says what it corrects over:
 
-- **equal epochs**: every technique's AUC at each checkpoint epoch of the sweep's common schedule;
-- **best validation**: at each cell's checkpoint of lowest validation NLL (what a practitioner ships);
-- **matched utility**, per (model, dataset, seed): the level L is the highest of the techniques' lowest
-  validation NLLs, the best utility every trained technique reaches. A technique's AUC at L is read where
-  its trajectory first comes down to L, interpolated linearly in NLL between the checkpoints around the
-  crossing; a trajectory that is already below L at its first checkpoint is read there (flagged ``*``:
-  at a better utility than L); later crossings (an NLL that rises and falls again) are ignored, the first
-  is what a user training longer would meet first. ``none`` has no trajectory and is left out.
-- **significance**: techniques of one (model, dataset, seed) share their split, so each pair is compared
-  paired (the same members and non-members, aligned by sample id) with DeLong's test for correlated AUCs,
-  Holm-corrected over all pairs of the group (:mod:`privauditor.tasks.significance`); with several seeds,
-  a two-level bootstrap (seeds, then samples) gives a seed-level CI of each mean difference.
-- **controls**: per split, the model-free ``blind`` attack's AUC and its label-permutation test (Holm over
-  splits) and the un-adapted base's (``none``) AUC.
+- **strongest attack per block**: the attack with the highest mean AUC over the ranked techniques;
+- **other views**: the same battery at each cell's best-validation checkpoint (or last) and at **matched
+  utility** (:mod:`.matched`: a common validation-NLL level clearly below the base's, inside every
+  trajectory, the AUC interpolated with an interval; "no common utility level" where there is none);
+- **equal epochs**: every technique's mean AUC at each checkpoint of the common schedule;
+- **inside each split**: DeLong's paired test of every pair of techniques on the same members and
+  non-members, Holm within each (model, dataset, seed) group: conditional on the trained models;
+- **across seeds**: per block and pair, the t-interval of the mean of per-seed AUC differences, Holm over
+  the block's pairs;
+- **controls**: the model-free ``blind`` attack's permutation test per split and the un-adapted base.
 
-These views compare techniques without a defence; DP cells, DP violations (listed first, as bugs) and
-duplication have their own sections (:mod:`privauditor.orchestrator.defences`).
+DP cells, DP violations (listed first, as bugs) and duplication have their own sections
+(:mod:`privauditor.orchestrator.defences`).
 """
 
 from __future__ import annotations
@@ -33,21 +32,20 @@ from typing import Any
 
 import numpy as np
 
+from . import blocks as blk
+from .answer import answer
+from .battery import ALPHA, Battery, run
 from .defences import defence_table, duplication_table, violations
+from .matched import MARGIN, matched
 
 PRIMARY_ATTACK = "loss"
-ALPHA = 0.05
 
 CAVEAT = (
     "These bases have about a million parameters and were pre-trained for minutes on a small corpus; a "
     "7-B model has seen far more text, memorises faster per epoch and starts from a much lower loss on "
-    "these records. What transfers is the method (equal budgets, matched utility, paired tests, controls); "
-    "the size of each AUC, and possibly the order of techniques, need re-measuring at scale."
+    "these records. What transfers is the method (blocks as units, equal budgets, matched utility, paired "
+    "tests, controls); the size of each AUC, and possibly the order of techniques, need re-measuring at scale."
 )
-
-
-def _mean(values: list[float]) -> float:
-    return float(np.mean(values)) if values else float("nan")
 
 
 def _fmt(value: float | None) -> str:
@@ -59,95 +57,248 @@ def _table(header: list[str], body: list[list[Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
 
 
-def trajectories(rows: list[dict[str, Any]], attack: str) -> dict[tuple, dict[str, list[dict]]]:
-    """(model, dataset, seed) → technique → its rows of ``attack``, one per checkpoint, by epoch."""
-    found: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for row in rows:
-        if row["attack"] == attack and row["epoch"] is not None and row.get("defence", "none") == "none":
-            found[(row["model"], row["dataset"], row["seed"])][row["adaptation"]].append(row)
+def _hypothesis(out: Path, rows: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """The results folder's sweep hypothesis and its registration (None, None without one)."""
+    from privauditor.tasks.errors import PrivauditorError
+    from privauditor.tasks.settings import load_yaml
+
+    from .hypothesis import parse, registration
+
+    sweep = out / "sweep.yaml"
+    data = load_yaml(sweep.read_text()) if sweep.exists() else None
+    if not isinstance(data, dict) or not data.get("hypothesis"):
+        return None, None
+    try:
+        hypothesis = parse(data["hypothesis"])
+    except PrivauditorError:
+        return None, None
+    revisions = set()
+    for cell_id in sorted({r["cell_id"] for r in rows}):
+        record = json.loads((out / "cells" / cell_id / "cell.json").read_text())
+        revisions.add(record.get("versions", {}).get("privauditor_git"))
+    seeds = {r["seed"] for r in rows if r["seed"] is not None}
+    return hypothesis, registration(hypothesis, str(data.get("name", "")), revisions, seeds)
+
+
+def battery_of(
+    rows: list[dict[str, Any]], attack: str, view: str, hypothesis: Any = None
+) -> tuple[Battery | None, dict]:
+    """The battery of one (attack, view) and the rows it picked (block → technique → seed → row)."""
+    picked = blk.chosen(blk.trajectories(rows, attack), view)
+    return run(blk.values(picked), hypothesis), picked
+
+
+def findings(out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK) -> str:
+    """``findings.md`` of the results folder ``out`` whose leaderboard rows are ``rows``."""
+    out = Path(out)
+    hypothesis, registration = _hypothesis(out, rows)
+    own = hypothesis is not None and hypothesis.attack == attack
+    view = hypothesis.checkpoint if own else "last"
+    found = blk.trajectories(rows, attack)
+    main, picked = battery_of(rows, attack, view, hypothesis if own else None)
+    page = (
+        main
+        if own
+        else (
+            battery_of(rows, hypothesis.attack, hypothesis.checkpoint, hypothesis)[0] if hypothesis else None
+        )
+    )
+    seeds = [len({s for by in found[b].values() for s in by}) for b in (main.blocks if main else [])] or [0]
+    context = {"attack": attack, "view": view, "seeds": seeds, "fractions": blk.fractions(rows),
+               "hypothesis": hypothesis, "registration": registration, "page": page, "picked": picked}  # fmt: skip
+    lines = ["# Findings", ""] + violations(rows) + answer(out, main, context)
+    extra = defence_table(rows, attack) + duplication_table(out, rows, attack)
+    if not found:
+        return "\n".join(lines + [f"No finished undefended cell ran `{attack}`.", ""] + extra)
+    lines += _strongest(rows, view, main)
+    lines += _other_views(out, rows, attack, view, found)
+    lines += _equal_epochs(found)
+    lines += _within_splits(out, picked, view)
+    lines += _across_seeds(picked, view)
+    lines += _controls(out, rows, attack)
+    return "\n".join(lines + extra + ["## Caveat", "", CAVEAT, ""])
+
+
+def _strongest(rows: list[dict[str, Any]], view: str, main: Battery | None) -> list[str]:
+    """Per block, the attack with the highest mean AUC over the ranked techniques (model-free left out)."""
+    if main is None:
+        return []
+    attacks = sorted({r["attack"] for r in rows if r["access"] != "model-free"})
+    means: dict[Any, dict[str, tuple[float, str]]] = defaultdict(dict)
+    for attack in attacks:
+        values = blk.values(blk.chosen(blk.trajectories(rows, attack), view))
+        for block in main.blocks:
+            row = {n: values.get(block, {}).get(n) for n in main.names}
+            if all(v is not None for v in row.values()):
+                means[block][attack] = (float(np.mean(list(row.values()))), max(row, key=row.get))
+    body = []
+    for block in main.blocks:
+        if means[block]:
+            best = max(means[block], key=lambda a: means[block][a][0])
+            body.append([*block, f"`{best}`", _fmt(means[block][best][0]), means[block][best][1]])
+    return ["## Strongest attack per block", "",
+            f"Mean AUC over the {len(main.names)} ranked techniques at the {view} checkpoint (model-free attacks left out):", "",
+            _table(["model", "dataset", "strongest attack", "mean AUC", "leakiest technique under it"], body), ""]  # fmt: skip
+
+
+def _summary(found: Battery) -> list[str]:
+    body = [
+        [i, n, _fmt(found.mean_auc[n]), f"{found.mean_rank[n]:.1f}"] for i, n in enumerate(found.names, 1)
+    ]
+    n = len(found.blocks)
+    tests = f"{n} complete block{'s' if n > 1 else ''}"
+    if found.friedman:
+        tests += f"; Friedman p = {found.friedman['p_value']:.2g}"
+    if found.pairs:
+        tests += f"; Wilcoxon–Holm: {len(found.significant)} of {len(found.pairs)} pairs significant"
+    else:
+        tests += ": no test over one block"
+    return [tests + ".", "", _table(["rank", "technique", "mean AUC", "mean rank"], body), ""]
+
+
+def _other_views(out: Path, rows: list[dict[str, Any]], attack: str, view: str, found: dict) -> list[str]:
+    other = "best" if view == "last" else "last"
+    lines = ["## Other views (exploratory)", ""]
+    battery, _ = battery_of(rows, attack, other)
+    title = "each cell's best-validation checkpoint" if other == "best" else "each cell's last checkpoint"
+    if battery is not None:
+        lines += [f"### At {title}", ""] + _summary(battery)
+    reading = matched(found, out)
+    lines += ["### At matched utility", "",
+              f"Per split, the level is the highest of the techniques' lowest validation NLLs; it must be at least "
+              f"{MARGIN} nats below the base's and above every trajectory's first checkpoint. AUC at the level: "
+              "interpolated between the checkpoints around each trajectory's first crossing.", ""]  # fmt: skip
+    if reading["levels"]:
+        levels = list(reading["levels"].values())
+        lines += [f"Levels: {min(levels):.2f}-{max(levels):.2f} nats over {len(levels)} split(s).", ""]
+    for (block, seed), reason in sorted(reading["none"].items()):
+        lines.append(f"- {block[0]} × {block[1]}, seed {seed}: **no common utility level** ({reason}).")
+    if reading["none"]:
+        lines.append("")
+    values = blk.values(reading["values"])
+    battery = run(values) if values else None
+    if battery is not None:
+        lines += _summary(battery)
+        body = []
+        for block, techniques in sorted(reading["values"].items()):
+            for name, by_seed in sorted(techniques.items()):
+                for seed, r in sorted(by_seed.items()):
+                    mark = "" if r["delong"] else "~"
+                    body.append([*block, seed, name, _fmt(r["auc"]), f"{mark}[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+                                 f"{r['between'][0]:g}-{r['between'][1]:g}"])  # fmt: skip
+        lines += ["<details><summary>Every reading at the level</summary>", "",
+                  _table(["model", "dataset", "seed", "technique", "AUC at the level", "95% CI", "between epochs"], body),
+                  "", "</details>", ""]  # fmt: skip
+    return lines
+
+
+def _equal_epochs(found: dict) -> list[str]:
+    by_epoch: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for techniques in found.values():
-        for points in techniques.values():
-            points.sort(key=lambda r: r["epoch"])
-    return found
+        for name, seeds in techniques.items():
+            for points in seeds.values():
+                for r in points:
+                    by_epoch[name][r["epoch"]].append(r["auc"])
+    epochs = sorted({e for by in by_epoch.values() for e in by})
+    body = [
+        [n, *(_fmt(np.mean(by_epoch[n][e])) if by_epoch[n].get(e) else "-" for e in epochs)]
+        for n in sorted(by_epoch)
+    ]
+    return ["## AUC at equal epochs", "", "Mean AUC over every split at each checkpoint (epoch 0: the technique's initial state):", "",
+            _table(["technique", *(f"epoch {e:g}" for e in epochs)], body), ""]  # fmt: skip
 
 
-def matched_level(techniques: dict[str, list[dict]]) -> float | None:
-    """The highest of the trained techniques' lowest validation NLLs (None with no trained technique)."""
-    lows = [min(r["utility_loss"] for r in points) for name, points in techniques.items() if name != "none"]
-    return max(lows) if lows else None
-
-
-def at_level(points: list[dict], level: float) -> tuple[float, bool]:
-    """(AUC where the trajectory first comes down to ``level``, whether it was below it from the start)."""
-    if points[0]["utility_loss"] <= level:
-        return points[0]["auc"], True
-    for before, after in zip(points, points[1:], strict=False):
-        if after["utility_loss"] <= level:
-            share = (before["utility_loss"] - level) / (before["utility_loss"] - after["utility_loss"])
-            return before["auc"] + share * (after["auc"] - before["auc"]), False
-    raise ValueError("the level is below the trajectory's lowest NLL")  # cannot happen by construction
-
-
-def _scores(out: Path, row: dict[str, Any], attack: str) -> dict[str, tuple[bool, float]] | None:
-    """sample id → (member, score) of ``attack`` at the row's checkpoint; None where the per-sample file
-    is not at hand (results on an object store keep only summaries in the local stage)."""
-    import pyarrow.parquet as pq
-
-    record = json.loads((out / "cells" / row["cell_id"] / "cell.json").read_text())
-    path = next(c["path"] for c in record["checkpoints"] if c["epoch"] == row["epoch"])
-    file = out / "cells" / row["cell_id"] / path / "scores.parquet"
-    if not file.exists():
-        return None
-    table = pq.ParquetFile(file).read().to_pylist()
-    return {r["sample_id"]: (r["member"], r["score"]) for r in table if r["attack"] == attack}
-
-
-def paired(out: Path, chosen: dict[str, dict], attack: str) -> list[dict[str, Any]]:
-    """DeLong + Holm over every pair of the techniques' ``chosen`` rows (one per technique, one split) that
-    were scored on the same samples (a sweep whose overrides give some techniques other split sizes)."""
+def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
+    """DeLong + Holm over every pair of each (block, seed) group's techniques scored on the same samples."""
     from privauditor.tasks.significance import paired_comparisons
 
-    loaded = {name: _scores(out, row, attack) for name, row in chosen.items()}
-    by_samples: dict[tuple, dict[str, dict]] = defaultdict(dict)  # techniques scored on the same samples
-    for name, found in loaded.items():
-        if found:
-            by_samples[tuple(sorted(found))][name] = found
-    tests = []
-    for ids, techniques in by_samples.items():
-        if len(techniques) < 2:
-            continue
-        member = np.array([next(iter(techniques.values()))[i][0] for i in ids], dtype=bool)
-        scores = {name: np.array([found[i][1] for i in ids]) for name, found in techniques.items()}
-        tests += paired_comparisons(member, scores, ALPHA)
-    return tests
-
-
-def _ranking(title: str, chosen: dict[tuple, dict[str, dict]], out: Path, attack: str) -> list[str]:
-    """Mean AUC per technique over the groups, and the significant pairs of every group."""
-    means: dict[str, list[float]] = defaultdict(list)
-    for techniques in chosen.values():
-        for name, row in techniques.items():
-            means[name].append(row["auc"])
-    ranked = sorted(means, key=lambda n: -_mean(means[n]))
-    lines = [f"### {title}", "", _table(["rank", "technique", f"{attack} AUC (mean)", "groups"],
-             [[i + 1, n, _fmt(_mean(means[n])), len(means[n])] for i, n in enumerate(ranked)])]  # fmt: skip
-    significant, tested = [], 0
-    for (model, dataset, seed), techniques in sorted(chosen.items()):
-        for test in paired(out, techniques, attack):
-            tested += 1
-            if test["significant"]:
-                # written as higher − lower: the CI of b − a is that of a − b negated and swapped
-                flip = test["difference"] < 0
-                high, low = (test["b"], test["a"]) if flip else (test["a"], test["b"])
-                ci = (-test["ci_high"], -test["ci_low"]) if flip else (test["ci_low"], test["ci_high"])
-                significant.append([model, dataset, seed, f"{high} > {low}", f"{abs(test['difference']):.3f}",
-                                    f"[{ci[0]:.3f}, {ci[1]:.3f}]", f"{test['p_holm']:.2g}"])  # fmt: skip
-    lines += ["", f"Paired DeLong tests, Holm over each group's pairs: {len(significant)} of {tested} "
-              f"differences significant at {ALPHA}."]  # fmt: skip
+    groups, tested, significant = 0, 0, []
+    for block in sorted(picked):
+        for seed in sorted({s for by in picked[block].values() for s in by}):
+            rows = {n: by[seed] for n, by in picked[block].items() if seed in by}
+            loaded = {n: blk.scores(out, r) for n, r in rows.items()}
+            by_samples: dict[frozenset, list[str]] = defaultdict(list)
+            for name, found in loaded.items():
+                if found:
+                    by_samples[frozenset(found)].append(name)
+            for names in by_samples.values():
+                if len(names) < 2:
+                    continue
+                member, stacked = blk.aligned(out, [rows[n] for n in names])
+                tests = paired_comparisons(member, dict(zip(names, stacked, strict=True)), ALPHA)
+                groups, tested = groups + 1, tested + len(tests)
+                for t in tests:
+                    if t["significant"]:
+                        flip = t["difference"] < 0  # written as higher − lower
+                        high, low = (t["b"], t["a"]) if flip else (t["a"], t["b"])
+                        ci = (-t["ci_high"], -t["ci_low"]) if flip else (t["ci_low"], t["ci_high"])
+                        significant.append([*block, seed, f"{high} > {low}", f"{abs(t['difference']):.3f}",
+                                            f"[{ci[0]:.3f}, {ci[1]:.3f}]", f"{t['p_holm']:.2g}"])  # fmt: skip
+    lines = ["## Inside each split (exploratory, conditional on the trained models)", "",
+             f"DeLong's paired test at the {view} checkpoint, Holm within each of the {groups} (model, dataset, seed) "
+             f"groups over that group's pairs: {len(significant)} of the {tested} pairs are significant at {ALPHA} "
+             "within their own group. These say the trained models differ on this split, not that the techniques "
+             "do: one trained model per cell.", ""]  # fmt: skip
     if significant:
-        header = ["model", "dataset", "seed", "order", "difference", "95% CI (higher − lower)", "p (Holm)"]
-        lines += ["", _table(header, significant)]
-    return lines + [""]
+        header = [
+            "model",
+            "dataset",
+            "seed",
+            "order",
+            "difference",
+            "95% CI (higher − lower)",
+            "p (Holm in group)",
+        ]
+        lines += [
+            "<details><summary>The significant pairs</summary>",
+            "",
+            _table(header, significant),
+            "",
+            "</details>",
+            "",
+        ]
+    return lines
+
+
+def _across_seeds(picked: dict, view: str) -> list[str]:
+    """Per block with two seeds or more: every pair's mean per-seed AUC difference, t-interval, Holm."""
+    from statsmodels.stats.multitest import multipletests
+
+    from privauditor.tasks.significance import seed_level_interval
+
+    body = []
+    for block in sorted(picked):
+        techniques = {n: by for n, by in picked[block].items() if n != blk.CONTROL}
+        seeds = sorted(set.intersection(*(set(by) for by in techniques.values()))) if techniques else []
+        if len(seeds) < 2:
+            continue
+        found = []
+        for a, b in combinations(sorted(techniques), 2):
+            interval = seed_level_interval([techniques[a][s]["auc"] - techniques[b][s]["auc"] for s in seeds])
+            found.append((a, b, interval))
+        _, adjusted, _, _ = multipletests([i["p_value"] for _, _, i in found], alpha=ALPHA, method="holm")
+        for (a, b, i), p in zip(found, adjusted, strict=True):
+            body.append([*block, len(seeds), f"{a} − {b}", f"{i['mean']:+.3f}", f"[{i['ci_low']:+.3f}, {i['ci_high']:+.3f}]",
+                         f"{i['p_value']:.2g}", f"{p:.2g}"])  # fmt: skip
+    lines = ["## Across seeds (exploratory)", ""]
+    if not body:
+        return lines + [
+            "No block has two seeds or more: no seed-level interval (run more seeds to get one).",
+            "",
+        ]
+    header = [
+        "model",
+        "dataset",
+        "seeds",
+        "difference",
+        "mean",
+        "95% t-interval",
+        "p",
+        "p (Holm over the block's pairs)",
+    ]
+    return lines + [f"At the {view} checkpoint, per block: the t-interval of the mean of the per-seed AUC differences "
+                    "(seeds as replicates of the block's training; every pair, Holm over the block's pairs).", "",
+                    _table(header, body), ""]  # fmt: skip
 
 
 def _controls(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
@@ -159,7 +310,7 @@ def _controls(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
         key = (row["dataset"], row["seed"])
         if row["attack"] == "blind" and key not in blind:
             blind[key] = {"auc": row["auc"]} | _shift(out, row["cell_id"])
-        if row["adaptation"] == "none" and row["attack"] == attack:
+        if row["adaptation"] == blk.CONTROL and row["attack"] == attack:
             base[(row["model"], *key)] = row["auc"]
     lines = ["## Controls", ""]
     if blind:
@@ -197,111 +348,3 @@ def _shift(out: Path, cell_id: str) -> dict[str, Any]:
         if relative and (out / relative).exists():
             return json.loads(pq.read_schema(out / relative).metadata[METADATA])
     return {}
-
-
-def findings(out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK) -> str:
-    """``findings.md`` of the results folder ``out`` whose leaderboard rows are ``rows``."""
-    out = Path(out)
-    groups = trajectories(rows, attack)
-    seeds = sorted({seed for _, _, seed in groups})
-    lines = ["# Findings", "", f"Attack compared: `{attack}`. {len(groups)} (model, dataset, seed) groups, "
-             f"{len(seeds)} seed(s).", ""]  # fmt: skip
-    lines += violations(rows)
-    extra = defence_table(rows, attack) + duplication_table(out, rows, attack)
-    if not groups:
-        return "\n".join(lines + [f"No finished undefended cell ran `{attack}`.", ""] + extra)
-    epochs = sorted({r["epoch"] for ts in groups.values() for ps in ts.values() for r in ps})
-    by_epoch: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for techniques in groups.values():
-        for name, points in techniques.items():
-            for r in points:
-                by_epoch[name][r["epoch"]].append(r["auc"])
-    lines += [
-        "## AUC at equal epochs",
-        "",
-        "Mean AUC over groups at each checkpoint epoch (`none`: epoch 0):",
-        "",
-    ]
-
-    def growth(name: str) -> float:  # from the technique's first checkpoint to its last
-        own = sorted(by_epoch[name])
-        return (
-            _mean(by_epoch[name][own[-1]]) - _mean(by_epoch[name][own[0]]) if len(own) > 1 else float("nan")
-        )
-
-    body = [
-        [n, *(_fmt(_mean(by_epoch[n].get(e, []))) for e in epochs), _fmt(growth(n))] for n in sorted(by_epoch)
-    ]
-    lines += [_table(["technique", *(f"epoch {e}" for e in epochs), "growth (first to last)"], body), ""]
-    last = {g: {n: ps[-1] for n, ps in ts.items()} for g, ts in groups.items()}
-    best = {
-        g: {n: next((r for r in ps if r["best"]), ps[-1]) for n, ps in ts.items()} for g, ts in groups.items()
-    }
-    lines += ["## Rankings", ""]
-    lines += _ranking("At the last checkpoint (equal epochs)", last, out, attack)
-    lines += _ranking("At each cell's best-validation checkpoint", best, out, attack)
-    lines += _matched(groups)
-    lines += _controls(out, rows, attack)
-    if len(seeds) == 1:
-        lines += ["One seed: the seed-level CI of every difference is null (run more seeds to get one).", ""]
-    else:
-        lines += ["## Across seeds (last checkpoint)", ""] + _seed_level(last, out, attack)
-    return "\n".join(lines + extra + ["## Caveat", "", CAVEAT, ""])
-
-
-def _matched(groups: dict[tuple, dict[str, list[dict]]]) -> list[str]:
-    lines = ["## AUC at matched utility", ""]
-    values: dict[str, list[float]] = defaultdict(list)
-    flagged: set[str] = set()
-    levels = []
-    for techniques in groups.values():
-        level = matched_level(techniques)
-        if level is None:
-            continue
-        levels.append(level)
-        for name, points in techniques.items():
-            if name != "none":
-                auc, early = at_level(points, level)
-                values[name].append(auc)
-                if early:
-                    flagged.add(name)
-    if not values:
-        return lines + ["No trained technique: nothing to match.", ""]
-    ranked = sorted(values, key=lambda n: -_mean(values[n]))
-    body = [[n + (" *" if n in flagged else ""), _fmt(_mean(values[n])), len(values[n])] for n in ranked]
-    lines += [f"Validation-NLL level per group: from {min(levels):.3f} to {max(levels):.3f} nats.", "",
-              _table(["technique", "AUC at the level (mean)", "groups"], body), ""]  # fmt: skip
-    if flagged:
-        lines += ["`*`: below the level from its first checkpoint in some group (read there).", ""]
-    return lines
-
-
-def _seed_level(chosen: dict[tuple, dict[str, dict]], out: Path, attack: str) -> list[str]:
-    """With several seeds: per (model, dataset) and pair, the seed-level CI of the mean AUC difference."""
-    from privauditor.tasks.significance import seed_level_ci
-
-    by_pair: dict[tuple, dict[int, dict[str, dict]]] = defaultdict(dict)
-    for (model, dataset, seed), techniques in chosen.items():
-        by_pair[(model, dataset)][seed] = techniques
-    body = []
-    for (model, dataset), seeds in sorted(by_pair.items()):
-        if len(seeds) < 2:
-            continue
-        loaded = {seed: {n: _scores(out, r, attack) for n, r in ts.items()} for seed, ts in seeds.items()}
-        common = set.intersection(*({n for n, s in ts.items() if s} for ts in loaded.values()))
-        for a, b in combinations(sorted(common), 2):
-            if any(sorted(ts[a]) != sorted(ts[b]) for ts in loaded.values()):
-                continue  # scored on other samples: not a paired comparison
-            member, first, second = [], [], []
-            for techniques in loaded.values():
-                ids = sorted(techniques[a])
-                member.append(np.array([techniques[a][i][0] for i in ids], dtype=bool))
-                first.append(np.array([techniques[a][i][1] for i in ids]))
-                second.append(np.array([techniques[b][i][1] for i in ids]))
-            low, high = seed_level_ci(member, first, second)
-            if low > 0 or high < 0:
-                body.append([model, dataset, len(seeds), f"{a} − {b}", f"[{low:.3f}, {high:.3f}]"])
-    if not body:
-        return ["Seed-level 95% CIs (seeds, then samples): no mean difference excludes 0.", ""]
-    header = ["model", "dataset", "seeds", "difference", "seed-level 95% CI"]
-    return ["Seed-level 95% CIs (seeds, then samples) that exclude 0:", "", _table(header, body), ""]

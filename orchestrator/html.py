@@ -85,6 +85,7 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
 
 
 def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
+    from .leaderboard import fraction_text, tpr_text
     from .summary import SUMMARY_HEADER, summary
 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>privauditor leaderboard</title>"]
@@ -99,6 +100,13 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
         )
         parts.append("<h2>Per attack</h2>" + _table(["attack", *SUMMARY_HEADER], summary(found, "attack")))
         parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(found), "privacy-utility"))
+        diagrams = sorted((Path(out) / "plots").glob("cd_*.png"))
+        if diagrams:  # findings.md's Answer: mean ranks over complete blocks, Wilcoxon-Holm cliques
+            parts.append(
+                "<h2>Ranking over (model, dataset) blocks (findings.md's Answer)</h2><div class='grid'>"
+                + "".join(_img(p.read_bytes(), p.stem) for p in diagrams)
+                + "</div>"
+            )
         curves = sorted((Path(out) / "plots" / "privacy_utility").glob("*.png"))
         if curves:
             parts.append(
@@ -118,7 +126,8 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
         "AUC",
         "CI low",
         "CI high",
-        "TPR@1%FPR",
+        "TPR@1%FPR [95% CI]",
+        "TPR at 0 FP of N",
         "val NLL",
         "trainable",
     ]
@@ -127,8 +136,8 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
             r["model"], r["adaptation"], r["dataset"], r["seed"], _dash(r["epoch"]), _dash(r["best"]),
             r["attack"], r.get("access", "?"), f"{r['auc']:.3f}",
             f"{r['auc_ci_low']:.3f}", f"{r['auc_ci_high']:.3f}",
-            "-" if r["tpr_at_1pct_fpr"] is None else f"{r['tpr_at_1pct_fpr']:.3f}",
-            f"{r['utility_loss']:.3f}", r["trainable_params"],
+            tpr_text(r, "tpr_at_1pct_fpr"), tpr_text(r, "tpr_at_0fp"),
+            f"{r['utility_loss']:.3f}", f"{r['trainable_params']} ({fraction_text(r.get('trainable_fraction'))})",
         ]
         for r in sorted(found, key=lambda r: -r["auc"])
     ]  # fmt: skip

@@ -34,6 +34,15 @@ from privauditor.tasks.spec import CellSpec
 from .board.records import setting_of
 from .summary import SUMMARY_HEADER, summary
 
+#: per low-FPR rate (tasks/metrics.py): its Clopper-Pearson interval, the 95 % upper bound on the true FPR of
+#: its threshold, and whether fewer than 10 false positives were expected (``few``); the TPR at 0 false
+#: positives, which is how a 0.1 % rate is shown below 10,000 non-members
+TPR_COLUMNS = [
+    f"{rate}{part}"
+    for rate in ("tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "tpr_at_0fp")
+    for part in ("_ci_low", "_ci_high", "_fpr_bound", *(() if rate == "tpr_at_0fp" else ("_few",)))
+] + ["tpr_at_0fp"]
+
 COLUMNS = [
     "cell_id",
     "model",
@@ -50,10 +59,12 @@ COLUMNS = [
     "auc_ci_high",
     "tpr_at_0.1pct_fpr",
     "tpr_at_1pct_fpr",
+    *TPR_COLUMNS,
     "n_members",
     "n_nonmembers",
     "utility_loss",
     "trainable_params",
+    "trainable_fraction",
     "train_seconds",
     "defence",
     "epsilon",
@@ -102,10 +113,12 @@ def _row(
         "auc_ci_high": m["auc_ci"][1],
         "tpr_at_0.1pct_fpr": m["tpr_at_0.1pct_fpr"],
         "tpr_at_1pct_fpr": m["tpr_at_1pct_fpr"],
+        **tpr_fields(m),
         "n_members": m["n_members"],
         "n_nonmembers": m["n_nonmembers"],
         "utility_loss": checkpoint["utility_loss"],
         "trainable_params": record["trainable_params"],
+        "trainable_fraction": trainable_fraction(record),
         "train_seconds": record["train"]["seconds"],
         "defence": spec.defence,
         "epsilon": checkpoint.get("epsilon"),
@@ -118,6 +131,24 @@ def _row(
         "setting": setting_of(record["config"]),
         "runs": 1,
     }
+
+
+def tpr_fields(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`TPR_COLUMNS` of one attack's metrics (None where a results folder predates them)."""
+    found = {}
+    for rate in ("tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "tpr_at_0fp"):
+        low, high = metrics.get(f"{rate}_ci") or (None, None)
+        found |= {f"{rate}_ci_low": low, f"{rate}_ci_high": high,
+                  f"{rate}_fpr_bound": metrics.get(f"{rate}_fpr_bound")}  # fmt: skip
+        if rate != "tpr_at_0fp":
+            found[f"{rate}_few"] = metrics.get(f"{rate}_few")
+    return found | {"tpr_at_0fp": metrics.get("tpr_at_0fp")}
+
+
+def trainable_fraction(record: dict[str, Any]) -> float | None:
+    """Trainable parameters over all of the adapted model's (peft's convention), None where unknown."""
+    total = record.get("total_params")
+    return record["trainable_params"] / total if total else None
 
 
 def access_of(attack: str) -> str:
@@ -153,7 +184,7 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
     _atomic(out / "leaderboard.parquet", lambda p: pq.write_table(table, p))
     _atomic(out / "leaderboard.csv", lambda p: pacsv.write_csv(table, p))
     header = ["model", "adaptation", "dataset", "seed", "epoch", "best", "attack", "access", "AUC", "95% CI",
-              "TPR@1%FPR", "val NLL"]  # fmt: skip
+              "TPR@1%FPR [95% CI]", "TPR at 0 FP of N", "trainable", "val NLL"]  # fmt: skip
     body = [
         [
             r["model"],
@@ -166,7 +197,9 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
             r["access"],
             f"{r['auc']:.3f}",
             f"[{r['auc_ci_low']:.3f}, {r['auc_ci_high']:.3f}]",
-            "-" if r["tpr_at_1pct_fpr"] is None else f"{r['tpr_at_1pct_fpr']:.3f}",
+            tpr_text(r, "tpr_at_1pct_fpr"),
+            tpr_text(r, "tpr_at_0fp"),
+            fraction_text(r["trainable_fraction"]),
             f"{r['utility_loss']:.3f}",
         ]
         for r in sorted(found, key=lambda r: -r["auc"])
@@ -199,6 +232,28 @@ def write_html(out: Path, found: list[dict[str, Any]]) -> None:
     _atomic(out / "leaderboard.html", lambda p: p.write_text(leaderboard_html(out, found)))
 
 
+def tpr_text(row: dict[str, Any], rate: str) -> str:
+    """A low-FPR rate as a page shows it: ``0.120 [0.085, 0.163]``, ``few`` where fewer than 10 false
+    positives were expected at its target, and ``of N`` for the TPR at 0 false positives."""
+    value = row.get(rate)
+    if value is None:
+        return "-"
+    text = f"{value:.3f}"
+    if row.get(f"{rate}_ci_low") is not None:
+        text += f" [{row[f'{rate}_ci_low']:.3f}, {row[f'{rate}_ci_high']:.3f}]"
+    if rate == "tpr_at_0fp":
+        return text + f" of {row['n_nonmembers']}"
+    return text + (" (few non-members)" if row.get(f"{rate}_few") else "")
+
+
+def fraction_text(fraction: float | None) -> str:
+    """A trainable fraction as a percentage with two significant digits (``36 %``, ``2.3 %``, ``0.012 %``)."""
+    if fraction is None:
+        return "-"
+    percent = 100 * fraction
+    return f"{percent:.0f} %" if percent >= 10 else f"{percent:.2g} %"
+
+
 def _markdown(header: list[str], body: list[list[Any]]) -> str:
     if any(len(row) != len(header) for row in body):
         raise ValueError(f"a Markdown row does not have the {len(header)} cells of its header {header}")
@@ -212,13 +267,13 @@ def _schema():
 
     types = {
         "seed": pa.int64(),
-        "epoch": pa.int64(),
-        "step": pa.int64(),
+        "step": pa.int64(),  # epoch: float64, a checkpoint may fall inside an epoch
         "best": pa.bool_(),
         "dp_violation": pa.bool_(),
         "n_members": pa.int64(),
         "n_nonmembers": pa.int64(),
         "trainable_params": pa.int64(),
+        **{c: pa.bool_() for c in TPR_COLUMNS if c.endswith("_few")},
     }
     types["runs"] = pa.int64()
     strings = {"cell_id", "model", "adaptation", "dataset", "attack", "access", "defence", "setting"}

@@ -32,6 +32,7 @@ from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.registry import unknown_name_message
 from privauditor.tasks.settings import build, load_yaml
 
+from .hypothesis import Hypothesis, parse
 from .matrix import Dropped, defence_reason, expand
 
 MATRIX_KEYS = ("model", "adaptation", "dataset")
@@ -39,7 +40,7 @@ MATRIX_KEYS = ("model", "adaptation", "dataset")
 MATCH_KEYS = (*MATRIX_KEYS, "defence", "seed")
 CELL_KEYS = ("attacks", "split", "train", "score", "attack_params", "adaptation_params", "reference",
              "defence_params")  # fmt: skip
-TOP_KEYS = ("name", "seeds", "matrix", "exclude", "overrides", "run", "tracking", *CELL_KEYS)
+TOP_KEYS = ("name", "seeds", "matrix", "exclude", "overrides", "run", "tracking", "hypothesis", *CELL_KEYS)
 SWEEPS_DIR = Path(sweeps_package.__file__).resolve().parent  # benchmarks/sweeps, shipped as package data
 
 
@@ -84,6 +85,7 @@ class Sweep:
     run: RunSettings
     wandb: WandbSettings
     source: dict[str, Any] = field(repr=False)
+    hypothesis: Hypothesis | None = None  # the one confirmatory test (orchestrator/hypothesis.py)
 
     def resolved(self, cell_ids: list[str]) -> dict[str, Any]:
         """The sweep with every default filled in and its cells' ids (written to ``OUT/sweep.yaml``)."""
@@ -204,7 +206,13 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
         raise PrivauditorError(f"{name}: tracking has one key, wandb")
     wandb = build(WandbSettings, tracking.get("wandb") or {}, "tracking.wandb")
     sweep_name = data.get("name") or name
-    return Sweep(str(sweep_name), tuple(seeds), tuple(configs), tuple(dropped), run, wandb, data)
+    hypothesis = parse(data.get("hypothesis"))
+    if hypothesis is not None:
+        techniques = {c.adaptation for c in configs}
+        unknown = sorted(set(hypothesis.classes) - techniques)
+        if unknown:
+            raise PrivauditorError(f"{name}: hypothesis.classes names techniques the matrix lacks: {unknown}")
+    return Sweep(str(sweep_name), tuple(seeds), tuple(configs), tuple(dropped), run, wandb, data, hypothesis)
 
 
 def find_sweep(path_or_name: str) -> Path:

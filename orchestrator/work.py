@@ -132,8 +132,11 @@ def cell_work(
     n_checkpoints = len(checkpoints)
     own.add("utility", forward=n_checkpoints * split.validation * forward_flops(shape, seq[0], 1, seq[1]),
             sequence=n_checkpoints * split.validation)  # fmt: skip
+    # a step-0 checkpoint of a technique that starts as the base reads the base's shared signals (only cheap
+    # attacks run there once there are more than two checkpoints: the best stands one before the last)
+    as_base = technique.starts_as_base and checkpoints[0] == 0 and n_checkpoints > 2
     if technique.trains:
-        own.add("save", cell=n_checkpoints)
+        own.add("save", cell=n_checkpoints - as_base)
     target_shared = not (technique.trains or technique.in_context)
     models_of = {
         "target": (spec.model, "base" if target_shared else "adapted"),
@@ -143,6 +146,8 @@ def cell_work(
     shapes = {"target": shape, "reference": ref_shape}
     seen: set[tuple] = set()
     for index in range(n_checkpoints):
+        base_now = target_shared or (as_base and index == 0)
+        models_of["target"] = (spec.model, "base" if base_now else "adapted")
         views: dict[tuple, tuple[Any, float]] = {}
         for attack_spec in spec.attacks:
             attack, attack_views = _attack(attack_spec.name, json.dumps(attack_spec.params, sort_keys=True))

@@ -156,6 +156,7 @@ def run_audit(
             }
         ],  # fmt: skip
         "trainable_params": trainable,
+        "total_params": sum(p.numel() for p in loaded.model.parameters()),
         "train": {"seconds": 0.0},
         "utility_loss": utility,  # mean NLL on the non-members (held-out text)
         "n_members": len(parts["members"]),

@@ -7,12 +7,14 @@ base such as its signals, neighbour texts), where every later cell of the same (
 finds them. A cell with ``DONE`` is not redone; one without is cleared and redone. Every file is written
 to a temporary name and renamed.
 
-Training runs once and snapshots the adaptation at every epoch of ``train.checkpoints``; afterwards each
-snapshot is audited in turn. The last checkpoint's audit is the cell folder's own files (above); an
-earlier one's has the same files under ``checkpoints/epoch-<e>/``. ``cell.json``'s ``checkpoints`` lists
+Training runs once and snapshots the adaptation at every checkpoint of ``train.checkpoints`` (epochs,
+fractions of one included, each named by its step); afterwards each snapshot is audited in turn. The last
+checkpoint's audit is the cell folder's own files (above); an earlier one's has the same files under
+``checkpoints/step-<s>/``. ``cell.json``'s ``checkpoints`` lists
 them (epoch, step, ``best`` = lowest validation NLL of the cell, path, utility, adaptation hash, attacks
 run). Attacks on the target's stored signals alone (and on views of un-adapted models, computed once per
-split) run at every checkpoint; those that need more passes through the target (neighbours, gradients)
+split) run at every checkpoint (at step 0 a technique that starts as the base reads the base's signals, and
+saves no adapter); those that need more passes through the target (neighbours, gradients)
 run at the last and the best; one that adapts a model of its own (``spv_mia``) at the last alone.
 """
 
@@ -40,7 +42,8 @@ from .spec import CellSpec, slug
 
 # 2: the typed spec (data, weights and version identities in the cell id), split parts, views
 # 3: checkpoints (one audit per snapshot; earlier ones under checkpoints/epoch-<e>/)
-RESULTS_FORMAT = 3
+# 4: checkpoints named by step (checkpoints/step-<s>/; epochs may be fractions); tpr at FPR < target
+RESULTS_FORMAT = 4
 log = logging.getLogger(__name__)
 
 
@@ -187,6 +190,7 @@ def execute(
     else:
         result = clock("train", lambda: train_elsewhere(spec, snapshots, env.distributed))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())  # peft's convention: the adapted model's parameters
     reference = reference_for(spec, loaded, base_identity, technique.trains)
     audited = audit_checkpoints(
         spec, technique, model, loaded, split, result.checkpoints, snapshots, cell_dir, shared, reference,
@@ -208,6 +212,7 @@ def execute(
         "views": final["views"],
         "checkpoints": audited,
         "trainable_params": trainable,
+        "total_params": total,
         "train": {
             "epochs": result.epochs,
             "lr": result.lr,
@@ -226,7 +231,7 @@ def execute(
 
 
 def audit_checkpoints(
-    spec: CellSpec, technique: Any, model: Any, loaded: Any, split: Any, checkpoints: list[tuple[int, int]],
+    spec: CellSpec, technique: Any, model: Any, loaded: Any, split: Any, checkpoints: list[tuple[float, int]],
     snapshots: Path, cell_dir: Path, shared: Path, reference: Any, clock: _Clock, env: CellEnvironment,
     in_context: tuple[dict[str, str] | None, dict[str, Any] | None] = (None, None),
     epsilon_at: Callable[[int], float] | None = None,
@@ -260,25 +265,29 @@ def audit_checkpoints(
         return validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
 
     utilities = {}
-    for epoch, _ in checkpoints:
-        load_snapshot(model, snapshots, epoch)
-        utilities[epoch] = clock("utility", utility)
-    best = min(utilities, key=lambda e: (utilities[e], e))
-    last = checkpoints[-1][0]
+    for _, step in checkpoints:
+        load_snapshot(model, snapshots, step)
+        utilities[step] = clock("utility", utility)
+    best = min(utilities, key=lambda s: (utilities[s], s))
+    last = checkpoints[-1][1]
     parts = {part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")}
     audited = []
     for epoch, step in checkpoints:
-        load_snapshot(model, snapshots, epoch)
-        folder = cell_dir if epoch == last else cell_dir / checkpoint_path(epoch)
+        load_snapshot(model, snapshots, step)
+        folder = cell_dir if step == last else cell_dir / checkpoint_path(step)
+        built = {a.name: build_attack(a.name, a.params) for a in spec.attacks}
+        attacks = [a for a in spec.attacks if built[a.name].runs_at(step, last, best)]
+        # Untrained, a technique that starts as the base is the base's function: attacks that read only
+        # signals take the base's, which the split shares (its parameters differ: costly views never do).
+        as_base = step == 0 and technique.starts_as_base and all(built[a.name].cheap for a in attacks)
         adaptation_hash = "none"
         if demonstrations is not None:
             adaptation_hash = write_demonstrations(demonstrations, folder)
-        elif technique.trains:
+        elif technique.trains and not as_base:
             clock("save", lambda folder=folder: technique.save(model, folder / "adapter"))
             adaptation_hash = directory_hash(folder / "adapter")
         identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
         target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, contexts)
-        attacks = [a for a in spec.attacks if build_attack(a.name, a.params).runs_at(epoch, last, best)]
         saved = env.run_view is not None and technique.trains and demonstrations is None
         found = evaluate(
             target, parts, attacks, folder, shared, reference, max_length, spec.score.batch_size,
@@ -293,9 +302,9 @@ def audit_checkpoints(
             {
                 "epoch": epoch,
                 "step": step,
-                "best": epoch == best,
+                "best": step == best,
                 "path": str(folder.relative_to(cell_dir)),
-                "utility_loss": utilities[epoch],
+                "utility_loss": utilities[step],
                 "adaptation_hash": adaptation_hash,
                 "attacks": [a.name for a in attacks],
                 "views": found.views,
@@ -321,7 +330,7 @@ def dp_violations(metrics: dict[str, Any], spent: float | None) -> list[str]:
 
 
 def checkpoint_results(cell_dir: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """A finished cell's (checkpoint record, metrics by attack) pairs, in epoch order."""
+    """A finished cell's (checkpoint record, metrics by attack) pairs, in step order."""
     record = json.loads((Path(cell_dir) / "cell.json").read_text())
     return [
         (checkpoint, json.loads((Path(cell_dir) / checkpoint["path"] / "metrics.json").read_text()))
@@ -329,9 +338,9 @@ def checkpoint_results(cell_dir: Path) -> list[tuple[dict[str, Any], dict[str, A
     ]
 
 
-def checkpoint_path(epoch: int) -> str:
+def checkpoint_path(step: int) -> str:
     """Where an earlier checkpoint's audit lives in its cell's folder (the last one's is the folder)."""
-    return f"checkpoints/epoch-{epoch}"
+    return f"checkpoints/step-{step}"
 
 
 def check_context(max_length: int, virtual: int, loaded: Any, name: str, demonstrations: int = 0) -> None:

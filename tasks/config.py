@@ -60,9 +60,15 @@ class SplitConfig:
             )
 
 
-def check_checkpoints(checkpoints: tuple[int, ...] | None, epochs: int | None) -> None:
-    """``train.checkpoints``: epochs from 0 up, strictly ascending, the last equal to ``train.epochs`` when
-    both are set."""
+def whole(value: float) -> int | float:
+    """An epoch count as written, an int where it is whole (``1.0`` -> ``1``), so ids do not change with
+    how a whole number was written."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def check_checkpoints(checkpoints: tuple[float, ...] | None, epochs: int | None) -> None:
+    """``train.checkpoints``: epochs from 0 up (fractions of an epoch allowed, e.g. 0.25), strictly
+    ascending, the last a whole number equal to ``train.epochs`` when both are set."""
     if checkpoints is None:
         return
     shown = list(checkpoints)
@@ -72,6 +78,10 @@ def check_checkpoints(checkpoints: tuple[int, ...] | None, epochs: int | None) -
         or any(b <= a for a, b in zip(checkpoints, checkpoints[1:], strict=False))
     ):
         raise PrivauditorError(f"train.checkpoints must be epochs from 0 up in ascending order, not {shown}")
+    if not float(checkpoints[-1]).is_integer():
+        raise PrivauditorError(
+            f"the last of train.checkpoints ({shown}) must be a whole number of epochs: it is train.epochs"
+        )
     if epochs is not None and epochs != checkpoints[-1]:
         raise PrivauditorError(
             f"train.epochs ({epochs}) must be the last of train.checkpoints ({shown}): set one of them"
@@ -94,9 +104,9 @@ class DeepSpeedSettings:
 @dataclass(frozen=True)
 class TrainSettings:
     epochs: int | None = None  # None: the last checkpoint, else the technique's own default
-    #: epochs after which the adaptation is snapshotted and audited (ascending; the last = ``epochs``);
-    #: None: one checkpoint, at ``epochs``
-    checkpoints: tuple[int, ...] | None = None
+    #: epochs after which the adaptation is snapshotted and audited (ascending, 0 = before the first step,
+    #: fractions of an epoch allowed; the last = ``epochs``); None: one checkpoint, at ``epochs``
+    checkpoints: tuple[float, ...] | None = None
     lr: float | None = None  # None: the technique's own default
     batch_size: int = 8  # the global batch (split across workers)
     max_length: int = 128
@@ -105,6 +115,8 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         _at_least("train", self, {"epochs": 0, "lr": 0, "batch_size": 1, "max_length": 2, "workers": 1})
+        if self.checkpoints is not None:
+            object.__setattr__(self, "checkpoints", tuple(whole(c) for c in self.checkpoints))
         check_checkpoints(self.checkpoints, self.epochs)
         if self.batch_size < self.workers:
             raise PrivauditorError(

@@ -118,10 +118,10 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     step = DeepSpeedStep(cell.train.deepspeed, -(-cell.train.batch_size // world))
     workdir = Path(spec["workdir"])
 
-    def snapshot(epoch: int, _step: int) -> None:
+    def snapshot(_epoch: float, at: int) -> None:
         state = step.gathered_trainable(names)  # every rank takes part; rank 0 writes
         if state is not None:
-            save_snapshot(state, workdir, epoch)
+            save_snapshot(state, workdir, at)
 
     with limit(spec.get("timeout_s")):
         result = train(

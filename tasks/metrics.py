@@ -3,9 +3,18 @@
 - ``auc``: ROC-AUC (ties count one half), from ranks.
 - ``auc_ci``: 95 % percentile interval over 1,000 seeded bootstrap resamples. Members and non-members
   are resampled separately (stratified), so every resample has both classes in the split's proportions.
-- ``tpr_at_0.1pct_fpr`` / ``tpr_at_1pct_fpr``: the highest TPR among ROC points whose FPR is at most the
-  target, without interpolation; ``None`` when there are fewer than 1 / target non-members (the rate
-  cannot be measured).
+- ``tpr_at_0.1pct_fpr`` / ``tpr_at_1pct_fpr``: the highest TPR among ROC points whose FPR is strictly
+  below the target (LiRA's rule, ``tpr[np.where(fpr<.001)[0][-1]]``: tensorflow/privacy
+  ``research/mi_lira_2021/plot.py`` line 165 at 03035d5), without interpolation, compared in integers
+  (fp * 1000 < N at 0.1 %: an FPR of exactly the target does not count); ``None`` when there are fewer
+  than 1 / target non-members (the rate cannot be measured).
+  The chosen threshold is the highest one reaching that TPR (its fp is the fewest). Each has
+  ``<name>_ci``, the two-sided 95 % Clopper-Pearson interval of that TPR (its tp of the members);
+  ``<name>_fpr_bound``, the one-sided 95 % Clopper-Pearson upper bound on the threshold's true FPR (its
+  fp of the N non-members); ``<name>_few``, True when N < 10 / target (fewer than 10 expected false
+  positives: "few non-members"); all three ``None`` where the TPR is.
+- ``tpr_at_0fp``: the TPR at the strictest threshold, above every non-member ("TPR at 0 false positives
+  of N"), with ``tpr_at_0fp_ci`` (as above) and ``tpr_at_0fp_fpr_bound`` = 1 - 0.05 ** (1 / N).
 - ``roc``: the ROC points ``[[fpr, tpr], ...]`` for plotting.
 - with duplication (some members trained several times): ``auc_repeated`` and ``auc_singleton``, the
   repeated members' and the once-trained members' AUC against all non-members;
@@ -16,6 +25,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -51,23 +61,63 @@ def auc_from_ranks(member: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
 
 
-def roc_points(member: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """FPR and TPR at every distinct threshold, from (0, 0) to (1, 1)."""
+def roc_counts(member: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Threshold (member when score >= it), true and false positives at every distinct threshold, from
+    (inf, 0, 0) to (lowest score, members, non-members)."""
     order = np.argsort(-scores, kind="mergesort")
     s, m = scores[order], member[order]
     last_of_tie = np.r_[np.nonzero(np.diff(s))[0], len(s) - 1]
-    tp = np.cumsum(m)[last_of_tie]
-    fp = np.cumsum(~m)[last_of_tie]
-    tpr = np.r_[0.0, tp / max(1, m.sum())]
-    fpr = np.r_[0.0, fp / max(1, (~m).sum())]
-    return fpr, tpr
+    tp, fp = np.cumsum(m)[last_of_tie], np.cumsum(~m)[last_of_tie]
+    return np.r_[np.inf, s[last_of_tie]], np.r_[0, tp], np.r_[0, fp]
+
+
+def roc_points(member: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """FPR and TPR at every distinct threshold, from (0, 0) to (1, 1)."""
+    _, tp, fp = roc_counts(member, scores)
+    return fp / max(1, fp[-1]), tp / max(1, tp[-1])
+
+
+def _exact(target: float) -> tuple[int, int]:
+    """``target`` as the fraction its decimal spells (0.001 -> 1, 1000), to compare rates in integers."""
+    return Fraction(str(target)).as_integer_ratio()
+
+
+def operating_point(tp: np.ndarray, fp: np.ndarray, n_nonmembers: int, target: float) -> int | None:
+    """Index of the ROC point read as "TPR at ``target`` FPR": the highest TPR among points with
+    fp / n_nonmembers strictly below ``target`` (exact, in integers), at the highest threshold reaching
+    it; None when n_nonmembers < 1 / target. ``tp``, ``fp``: counts (or any non-decreasing TPR for tp)."""
+    num, den = _exact(target)
+    if n_nonmembers * num < den:
+        return None
+    below = np.asarray(fp, np.int64) * den < num * n_nonmembers  # a prefix: fp never decreases
+    return int(np.argmax(tp == tp[below].max()))
 
 
 def tpr_at_fpr(fpr: np.ndarray, tpr: np.ndarray, target: float, n_nonmembers: int) -> float | None:
-    """Highest TPR with FPR <= target (no interpolation); None when n_nonmembers < 1 / target."""
-    if n_nonmembers < round(1 / target):
-        return None
-    return float(tpr[fpr <= target + 1e-12].max())
+    """Highest TPR with FPR strictly below target (no interpolation); None when n_nonmembers < 1 / target.
+    FPRs are turned back into counts, fp = fpr * n_nonmembers (rounded)."""
+    i = operating_point(np.asarray(tpr), np.rint(np.asarray(fpr) * n_nonmembers), n_nonmembers, target)
+    return None if i is None else float(tpr[i])
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> list[float]:
+    """Two-sided exact (Clopper-Pearson) interval of a proportion k / n."""
+    from scipy.stats import binomtest  # lazily: see average_ranks
+
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="exact")
+    return [float(ci.low), float(ci.high)]
+
+
+def fpr_upper_bound(fp: int, n: int, level: float = 0.95) -> float:
+    """One-sided exact (Clopper-Pearson) upper bound on a rate seen as fp of n: 1 - (1 - level) ** (1 / n)
+    at fp = 0, 1 at fp = n, else the ``level`` quantile of Beta(fp + 1, n - fp)."""
+    if fp == 0:
+        return float(1 - (1 - level) ** (1 / n))
+    if fp >= n:
+        return 1.0
+    from scipy.stats import beta
+
+    return float(beta.ppf(level, fp + 1, n - fp))
 
 
 def bootstrap_auc_ci(
@@ -94,17 +144,26 @@ def attack_metrics(member: Any, scores: Any, resamples: int = 1000, seed: int = 
         raise ValueError("metrics need both members and non-members")
     if not np.isfinite(scores).all():
         raise ValueError(f"{int((~np.isfinite(scores)).sum())} score(s) are not finite")
-    fpr, tpr = roc_points(member, scores)
-    n_nonmembers = int((~member).sum())
+    _, tp, fp = roc_counts(member, scores)
+    n_members, n_nonmembers = int(tp[-1]), int(fp[-1])
+    fpr, tpr = fp / n_nonmembers, tp / n_members
     low, high = bootstrap_auc_ci(member, scores, resamples, seed)
     out: dict[str, Any] = {
         "auc": float(auc_from_ranks(member, scores)),
         "auc_ci": [low, high],
-        "n_members": int(member.sum()),
+        "n_members": n_members,
         "n_nonmembers": n_nonmembers,
     }
     for name, target in FPR_TARGETS.items():
-        out[name] = tpr_at_fpr(fpr, tpr, target, n_nonmembers)
+        i, (num, den) = operating_point(tp, fp, n_nonmembers, target), _exact(target)
+        out[name] = None if i is None else float(tpr[i])
+        out[f"{name}_ci"] = None if i is None else clopper_pearson(tp[i], n_members)
+        out[f"{name}_fpr_bound"] = None if i is None else fpr_upper_bound(fp[i], n_nonmembers)
+        out[f"{name}_few"] = None if i is None else n_nonmembers * num < 10 * den  # N < 10 / target
+    i = int(np.argmax(tp == tp[fp == 0].max()))  # fp == 0 always holds at the first point
+    out["tpr_at_0fp"] = float(tpr[i])
+    out["tpr_at_0fp_ci"] = clopper_pearson(tp[i], n_members)
+    out["tpr_at_0fp_fpr_bound"] = fpr_upper_bound(0, n_nonmembers)
     out["roc"] = [[round(float(f), 6), round(float(t), 6)] for f, t in zip(fpr, tpr, strict=True)]
     return out
 

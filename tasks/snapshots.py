@@ -1,7 +1,7 @@
 """Snapshots of an adaptation's trainable weights along one training run (``train.checkpoints``).
 
-Training calls :func:`saver`'s callback after each checkpoint epoch; it writes the trainable weights,
-exactly as they are, to ``<folder>/epoch-<e>.safetensors`` (on disk, not in memory: a full fine-tune of
+Training calls :func:`saver`'s callback at each checkpoint; it writes the trainable weights, exactly as
+they are, to ``<folder>/step-<s>.safetensors`` (a checkpoint is named by its step: epochs may be fractions) (on disk, not in memory: a full fine-tune of
 a large model has one model's worth of weights per snapshot). After training, :func:`load_snapshot`
 puts one back into the model before that checkpoint is scored, so scoring never runs inside the
 training loop and cannot touch its random numbers, optimizer or mode.
@@ -18,8 +18,8 @@ import torch
 from .errors import PrivauditorError
 
 
-def snapshot_file(folder: Path, epoch: int) -> Path:
-    return Path(folder) / f"epoch-{epoch}.safetensors"
+def snapshot_file(folder: Path, step: int) -> Path:
+    return Path(folder) / f"step-{step}.safetensors"
 
 
 def trainable_state(model: Any) -> dict[str, torch.Tensor]:
@@ -27,26 +27,26 @@ def trainable_state(model: Any) -> dict[str, torch.Tensor]:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def save_snapshot(state: dict[str, torch.Tensor], folder: Path, epoch: int) -> None:
+def save_snapshot(state: dict[str, torch.Tensor], folder: Path, step: int) -> None:
     from safetensors.torch import save_file
 
     Path(folder).mkdir(parents=True, exist_ok=True)
-    path = snapshot_file(folder, epoch)
+    path = snapshot_file(folder, step)
     save_file({n: t.contiguous() for n, t in state.items()}, str(path.with_suffix(".tmp")))
     path.with_suffix(".tmp").replace(path)
 
 
 def saver(model: Any, folder: Path) -> Callable[[int, int], None]:
     """The ``on_checkpoint(epoch, step)`` callback of one-process training: snapshot to ``folder``."""
-    return lambda epoch, step: save_snapshot(trainable_state(model), folder, epoch)
+    return lambda epoch, step: save_snapshot(trainable_state(model), folder, step)
 
 
-def load_snapshot(model: Any, folder: Path, epoch: int) -> None:
-    """Put the snapshot of ``epoch`` into ``model``'s trainable weights (the technique applied with the
+def load_snapshot(model: Any, folder: Path, step: int) -> None:
+    """Put the snapshot of ``step`` into ``model``'s trainable weights (the technique applied with the
     same seed); every trainable weight must be in it and nothing else."""
     from safetensors.torch import load_file
 
-    restore(model, load_file(str(snapshot_file(folder, epoch))), f"the epoch-{epoch} snapshot")
+    restore(model, load_file(str(snapshot_file(folder, step))), f"the step-{step} snapshot")
 
 
 def restore(model: Any, state: dict[str, torch.Tensor], what: str = "the snapshot") -> None:

@@ -57,7 +57,8 @@ class TrainSpec:
     """Training as it will run: the technique's defaults filled in."""
 
     epochs: int
-    checkpoints: tuple[int, ...]  # epochs audited, ascending, the last = epochs; (0,) for ``none``
+    #: epochs audited (fractions of an epoch allowed), ascending, the last = epochs; (0,) for ``none``
+    checkpoints: tuple[float, ...]
     lr: float
     batch_size: int
     max_length: int
@@ -149,7 +150,7 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
     if not trains:  # the base itself: one checkpoint, whatever the sweep's training settings
         epochs, checkpoints, lr = 0, (0,), 0.0
     else:
-        epochs = train.checkpoints[-1] if train.checkpoints else train.epochs
+        epochs = int(train.checkpoints[-1]) if train.checkpoints else train.epochs
         epochs = technique.default_epochs if epochs is None else epochs
         checkpoints = train.checkpoints or (epochs,)
         lr = technique.default_lr_on(config.model, spec.family) if train.lr is None else train.lr

@@ -20,6 +20,10 @@ non-members share one distribution (an attack can only win by detecting training
 distribution shift), every adaptation of a dataset sees the same split, and adding a population or
 known members leaves the other parts as they were. Bump :data:`SPLIT_VERSION` when the drawing changes.
 
+An offline dataset's ``reserved`` pool (records generated after its pool) is outside every split: no
+cell trains on it or scores it. :func:`draw_reserved` cuts the same parts from it, for choosing settings
+(learning rates, ``benchmarks/learning_rates.py``) on records that are never audited.
+
 Example::
 
     split = draw_split(load_dataset("finance"), SplitConfig(members=100, population=50), seed=0)
@@ -90,25 +94,36 @@ class Split:
 def draw_split(data: LoadedDataset, sizes: Any, seed: int) -> Split:
     """Shuffle the pool with a seed derived from (dataset hash, seed) and cut it into the parts, sized by
     ``sizes`` (anything with the part names as attributes, e.g. a ``SplitConfig``)."""
+    return _draw(data, data.examples, data.sha256, sizes, seed, f"dataset '{data.name}'")
+
+
+def draw_reserved(data: LoadedDataset, sizes: Any, seed: int) -> Split:
+    """The parts cut from ``data``'s reserved pool instead of its examples (the same drawing rule)."""
+    if not data.reserved:
+        raise PrivauditorError(f"dataset '{data.name}' has no reserved pool (offline datasets have one)")
+    reserved_hash = content_hash(data.reserved)
+    return _draw(data, data.reserved, reserved_hash, sizes, seed, f"the reserved pool of '{data.name}'")
+
+
+def _draw(data: LoadedDataset, pool: tuple[Example, ...], pool_hash: str, sizes: Any, seed: int,
+          where: str) -> Split:  # fmt: skip
     counts = {part: getattr(sizes, part, 0) for part in PARTS}
     for part, size in counts.items():
         low = 1 if part in REQUIRED else 0
         if not isinstance(size, int) or isinstance(size, bool) or size < low:
             raise PrivauditorError(f"split.{part} must be an integer of at least {low}, got {size!r}")
     needed = sum(counts.values())
-    if needed > len(data.examples):
+    if needed > len(pool):
         asked = " + ".join(f"{n} {LABELS.get(part, part)}" for part, n in counts.items() if n)
-        raise PrivauditorError(
-            f"split asks for {needed} records ({asked}) but dataset '{data.name}' has {len(data.examples)}"
-        )
+        raise PrivauditorError(f"split asks for {needed} records ({asked}) but {where} has {len(pool)}")
     # A string seed gives random.Random a stable, platform-independent sha512-based state.
-    order = list(range(len(data.examples)))
-    random.Random(f"{data.sha256}:{seed}").shuffle(order)
+    order = list(range(len(pool)))
+    random.Random(f"{pool_hash}:{seed}").shuffle(order)
     parts, start = {}, 0
     for part, size in counts.items():
-        parts[part] = tuple(data.examples[i] for i in order[start : start + size])
+        parts[part] = tuple(pool[i] for i in order[start : start + size])
         start += size
     chosen = parts["members"][: round(getattr(sizes, "repeated", 0.0) * counts["members"])]
     groups = tuple(getattr(sizes, "repeats", (1,)))
     repeated = tuple((e, groups[i * len(groups) // len(chosen)]) for i, e in enumerate(chosen))
-    return Split(dataset=data.name, seed=seed, dataset_sha256=data.sha256, repeated=repeated, **parts)
+    return Split(dataset=data.name, seed=seed, dataset_sha256=pool_hash, repeated=repeated, **parts)

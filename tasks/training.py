@@ -8,7 +8,9 @@ PyTorch (AdamW, gradient clipping), seeded and deterministic on CPU.
 
 The learning rate warms up linearly over the first epoch's steps (at most :data:`WARMUP_STEPS`) and then
 stays constant: nothing in the schedule depends on how many epochs the run has, so the snapshot taken
-after epoch e (``checkpoints``) is the model an e-epoch run with the same seed gives, step for step. A
+after epoch e (``checkpoints``) is the model an e-epoch run with the same seed gives, step for step.
+A checkpoint may fall inside an epoch (``0.25``: after a quarter of the first epoch's steps, rounded half
+up) and at 0 (the technique's initial state, before the first step); each is named by its step. A
 decay to zero at the budget's end (the usual linear or cosine schedule) would make every budget a
 different run, and a warm-up–stable–decay schedule would need a cool-down branch per checkpoint, each of
 them extra training that the audited trajectory never took; a constant rate costs the final models some
@@ -36,7 +38,7 @@ from .deadline import check, expired, timeout
 log = logging.getLogger(__name__)
 
 #: bump whenever a change to the training loop alters the weights it trains (part of every cell id)
-TRAINER_VERSION = 2  # 2: warm-up then constant (was: linear decay over the run)
+TRAINER_VERSION = 3  # 3: checkpoints at steps inside an epoch; 2: warm-up then constant (was: linear decay)
 #: the warm-up's longest length in steps (it lasts one epoch when epochs are shorter)
 WARMUP_STEPS = 100
 
@@ -60,7 +62,7 @@ class TrainResult:
     lr: float
     steps: int = 0
     seconds: float = 0.0
-    checkpoints: list[tuple[int, int]] = field(default_factory=list)  # (epoch, step) of each snapshot
+    checkpoints: list[tuple[float, int]] = field(default_factory=list)  # (epoch, step) of each snapshot
     loss_curve: list[float] = field(default_factory=list)  # per step
     epoch_losses: list[float] = field(default_factory=list)  # mean per epoch
 
@@ -106,6 +108,26 @@ def collate(items: Sequence[dict[str, list[int]]], pad_id: int, seq2seq: bool) -
 def predicted_tokens(labels: torch.Tensor, seq2seq: bool) -> int:
     """How many tokens the model's mean loss averages over (causal models shift labels by one)."""
     return int((labels != -100).sum() if seq2seq else (labels[:, 1:] != -100).sum())
+
+
+def checkpoint_steps(checkpoints: Sequence[float], steps_per_epoch: int) -> dict[int, float]:
+    """Step -> epoch of every checkpoint: epoch e is after ``floor(e * steps_per_epoch + 0.5)`` steps. Two
+    checkpoints on one step, or a fraction of an epoch that rounds to step 0, are one-line errors."""
+    import math
+
+    from .errors import PrivauditorError
+
+    steps: dict[int, float] = {}
+    for epoch in checkpoints:
+        step = math.floor(epoch * steps_per_epoch + 0.5)
+        if step in steps or (step == 0 and epoch > 0):
+            other = steps.get(step, 0)
+            raise PrivauditorError(
+                f"train.checkpoints {other} and {epoch} fall on the same step ({step} of {steps_per_epoch} "
+                "per epoch): use fewer or coarser checkpoints"
+            )
+        steps[step] = epoch
+    return steps
 
 
 def apply_seeded(adaptation: Any, model: Any, family: Any, seed: int) -> Any:
@@ -166,35 +188,41 @@ def train(
 ) -> TrainResult:
     """Train the trainable parameters of ``model`` on ``examples``; returns the loss record.
 
-    After each epoch listed in ``checkpoints`` (0: before the first step) ``on_checkpoint(epoch, step)``
-    is called, to snapshot the trainable weights; it must not draw random numbers or change the model's
+    At each checkpoint of ``checkpoints`` (epochs; 0: before the first step; fractions fall inside an
+    epoch, :func:`checkpoint_steps`) ``on_checkpoint(epoch, step)`` is called, to snapshot the trainable
+    weights; it must not draw random numbers or change the model's
     mode. With ``world`` > 1 (data parallel, e.g. DeepSpeed workers) every rank draws the same order and
     takes its share of each global batch of ``config.batch_size``; ``make_step(model, parameters, lr,
     warmup)`` builds the step function (``LocalStep`` here, a DeepSpeed engine under Ray Train) and the
     recorded losses are the mean over all ranks' tokens. ``sampler(epoch)`` gives an epoch's batches as
-    lists of example indices, possibly empty (DP-SGD's Poisson sampling, :mod:`privauditor.tasks.dp`);
+    lists of example indices, possibly empty (DP-SGD's Poisson sampling, :mod:`privauditor.tasks.dp`;
+    ``steps_per_epoch`` of them);
     by default each epoch is a seeded permutation cut into batches of ``config.batch_size``.
     """
     assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
     result = TrainResult(epochs=config.epochs, lr=config.lr)
     steps_per_epoch = -(-len(examples) // config.batch_size)
 
-    def snapshot(epoch: int, step: int) -> None:
-        if epoch in checkpoints:
-            result.checkpoints.append((epoch, step))
+    wanted = checkpoint_steps(checkpoints, steps_per_epoch)
+
+    def snapshot(step: int) -> None:
+        if step in wanted:
+            result.checkpoints.append((wanted[step], step))
             if on_checkpoint is not None:
-                on_checkpoint(epoch, step)
+                on_checkpoint(wanted[step], step)
 
     parameters = [p for p in model.parameters() if p.requires_grad]
-    if config.epochs == 0 or not parameters:  # nothing trains: every snapshot is the start
-        for epoch in checkpoints:
-            snapshot(epoch, 0)
+    if config.epochs == 0 or not parameters:  # nothing trains: the one snapshot is the start
+        if wanted:
+            result.checkpoints.append((0, 0))
+            if on_checkpoint is not None:
+                on_checkpoint(0, 0)
         return result
     data = encode(tokenizer, examples, config.max_length, seq2seq)
     torch.manual_seed(config.seed + rank)  # dropout masks (LoRA's, adapters') draw from the global generator
     generator = torch.Generator().manual_seed(config.seed)
     step = make_step(model, parameters, config.lr, min(WARMUP_STEPS, steps_per_epoch))
-    snapshot(0, 0)  # after the step is built: a DeepSpeed engine gathers the weights
+    snapshot(0)  # after the step is built: a DeepSpeed engine gathers the weights
     device = parameters[0].device
     model.train()
     started = time.perf_counter()
@@ -222,8 +250,8 @@ def train(
                     raise timeout("training")
             epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
             result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
+            snapshot(len(result.loss_curve))
         result.epoch_losses.append(round(epoch_loss / max(1, epoch_tokens), 4))
-        snapshot(epoch + 1, (epoch + 1) * steps_per_epoch)
     result.steps = steps_per_epoch * config.epochs
     result.seconds = round(time.perf_counter() - started, 2)
     model.eval()

@@ -72,6 +72,10 @@ def test_technique_contract(family_name, technique, tmp_path, seed):
         assert torch.equal(logits(model, batch), logits(pristine, batch))
         return
     assert sum(t.numel() for t in trainable.values()) > 0
+    # a technique that says it starts as the base is the base, logit for logit (its step-0 checkpoint is
+    # scored from the base's shared views); one that does not, is not
+    same = torch.equal(logits(model.eval(), batch), logits(pristine.eval(), batch))
+    assert same == adaptation.starts_as_base, (technique, same)
 
     # Steps on one fixed batch lower that batch's loss at some point of the run: the lowest of the 12
     # snapshots' losses (eval mode: the same number every time) is below the start, at a tenth of the
@@ -87,7 +91,7 @@ def test_technique_contract(family_name, technique, tmp_path, seed):
     states = {}
     train(
         model, tokenizer, EXAMPLES, config, family.seq2seq, checkpoints=range(1, 13),
-        on_checkpoint=lambda epoch, step: states.__setitem__(epoch, trainable_state(model)),
+        on_checkpoint=lambda epoch, step: states.__setitem__(step, trainable_state(model)),
     )  # fmt: skip
     lows = []
     for state in states.values():

@@ -1,6 +1,7 @@
 """The board: two sweeps' results folders merge into one append-only store, the board aggregates their
 overlapping settings by seed, adding again changes no byte, conflicts and bad records are refused, two
-concurrent adds lose nothing, and no canary planted in the members reaches the store, the site or W&B."""
+concurrent adds lose nothing, and no canary planted in the members reaches the store, the site or W&B
+(end to end, ``slow``). The ranking on synthetic records: ``test_board_ranking.py``."""
 
 from __future__ import annotations
 
@@ -18,14 +19,12 @@ import yaml
 
 from privauditor.orchestrator.board.check import check
 from privauditor.orchestrator.board.merge import SETTING_COLUMNS, cell_rows
-from privauditor.orchestrator.board.records import canonical, content_hash, from_results
+from privauditor.orchestrator.board.records import canonical, content_hash, from_results, record_key
 from privauditor.orchestrator.board.store import Store
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.leaderboard import COLUMNS
+from privauditor.orchestrator.leaderboard import COLUMNS, TPR_COLUMNS
 
 from .test_publish import canary_file, leaks
-
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def sweep(name: str, data: Path, adaptations: list[str], seed: int) -> dict:
@@ -70,13 +69,21 @@ def copy_as_new_run(source: Path, target: Path) -> Path:
     return target
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_path, capsys):
     store = tmp_path / "store"
     assert main(["board", "add", str(runs / "a"), str(store)]) == 0
     records_a = check(Store(store))[0]
+    for r in records_a:  # written as schema 2: keyed by step, with the trainable fraction and low-FPR fields
+        assert r["schema_version"] == 2 and r["trainable_fraction"] is not None
+        assert r["key"] == record_key(r["provenance"]["spec"], r["run"], r["cell_id"], r["step"])
+        assert all(set(TPR_COLUMNS) <= set(m) for m in r["attacks"].values())
     # one schema: the board's cell rows of one run are that results folder's leaderboard rows
     folder_rows = pq.read_table(runs / "a" / "leaderboard.parquet").to_pylist()
-    assert cell_rows(records_a) == sorted(folder_rows, key=lambda r: (r["cell_id"], r["epoch"], r["attack"]))
+    assert [{c: r[c] for c in COLUMNS} for r in cell_rows(records_a)] == sorted(
+        folder_rows, key=lambda r: (r["cell_id"], r["step"], r["attack"])
+    )
     before = snapshot(store)
     capsys.readouterr()
     assert main(["board", "add", str(runs / "a"), str(store)]) == 0
@@ -110,6 +117,8 @@ def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_pat
     assert leaks(runs / "a" / "shared")  # ...though the results folders hold them
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_a_conflicting_record_is_refused_and_concurrent_adds_lose_nothing(runs, tmp_path, capsys):
     store = tmp_path / "store"
     adds = [subprocess.Popen([sys.executable, "-m", "privauditor.orchestrator.cli", "board", "add", str(runs / n), str(store)],
@@ -141,6 +150,8 @@ def rewrite(store: Path, path: str, change) -> None:
     (store / path).with_name(f"{content_hash(data)}.json").write_bytes(data)
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_check_refuses_per_sample_fields_missing_controls_and_raced_writers(runs, tmp_path, capsys):
     store = tmp_path / "store"
     assert main(["board", "add", str(runs / "a"), f"file://{store}"]) == 0  # any pyarrow.fs URI
@@ -205,6 +216,8 @@ class Page(HTMLParser):
             self.tables[-1][-1][-1] += data
 
 
+@pytest.mark.ray
+@pytest.mark.slow
 def test_release_history_site_links_and_wandb(runs, tmp_path, monkeypatch):
     store, site = tmp_path / "store", tmp_path / "site"
     assert main(["board", "add", str(runs / "a"), str(store)]) == 0
@@ -243,12 +256,11 @@ def test_release_history_site_links_and_wandb(runs, tmp_path, monkeypatch):
     settings = pq.read_table(site / "settings.parquet").to_pylist()
     index = pages[site / "index.html"]
     ranking = next(t for t in index.tables if t and t[0][:2] == ["rank", "technique"])
-    shown = {row[1]: float(row[2]) for row in ranking[1:]}
-    for technique in ("none", "lora", "head"):
-        last = [
-            r["auc"] for r in settings if r["technique"] == technique and r["last"] and r["attack"] != "blind"
-        ]
-        assert shown[technique] == pytest.approx(sum(last) / len(last), abs=6e-4)
+    shown = {row[1]: float(row[3]) for row in ranking[1:]}
+    assert set(shown) == {"lora", "head"} and (site / "cd.png").is_file()  # `none` is the control
+    for technique in ("lora", "head"):  # the loss AUC at the last checkpoint, seeds averaged
+        (last,) = [r for r in settings if r["technique"] == technique and r["last"] and r["attack"] == "loss"]
+        assert shown[technique] == pytest.approx(last["auc"], abs=6e-4)
 
     history = (site / "history.html").read_text()
     v2 = history[history.index("<h2>v2</h2>") : history.index("<h2>v1</h2>")]

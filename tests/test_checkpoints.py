@@ -11,7 +11,7 @@ from privauditor.orchestrator.leaderboard import rows
 from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.training import warmup_then_constant
+from privauditor.tasks.training import checkpoint_steps, warmup_then_constant
 
 SMALL = ["split.members=12", "split.nonmembers=12", "split.validation=8", "train.max_length=48",
          "train.batch_size=4", "attacks=[loss,zlib,neighbourhood]", "attack_params.neighbourhood.k=2"]  # fmt: skip
@@ -35,8 +35,8 @@ def test_snapshots_of_one_pass_are_the_runs_of_fewer_epochs(tmp_path, seed):
     steps_per_epoch = 12 // 4
     assert [(c["epoch"], c["step"]) for c in record["checkpoints"]] == [(1, steps_per_epoch), (3, 9)]
     assert record["train"]["steps"] == 3 * steps_per_epoch and record["train"]["epochs"] == 3
-    assert [c["path"] for c in record["checkpoints"]] == ["checkpoints/epoch-1", "."]
-    early = trajectory.path / "checkpoints" / "epoch-1"
+    assert [c["path"] for c in record["checkpoints"]] == [f"checkpoints/step-{steps_per_epoch}", "."]
+    early = trajectory.path / "checkpoints" / f"step-{steps_per_epoch}"
     for epochs, folder in ((1, early), (3, trajectory.path)):
         alone = cell(tmp_path / f"e{epochs}", f"train.epochs={epochs}", seed=seed)
         assert scores(folder) == scores(alone.path, {a for a, _, _ in scores(folder)})
@@ -80,9 +80,35 @@ def test_the_base_has_one_checkpoint_at_epoch_zero_whatever_the_sweep_trains(tmp
     assert record["config"]["train"]["checkpoints"] == [0]
 
 
+def test_checkpoints_inside_an_epoch_are_named_by_their_step(tmp_path):
+    """A fraction of an epoch is a snapshot inside it (after round-half-up of its share of the steps), and
+    its audit matches a run stopped there: the schedule does not depend on the budget within an epoch
+    either (12 members, batch 4: 3 steps per epoch, so 1/3 of an epoch is step 1 and 0.5 is step 2)."""
+    outcome = cell(tmp_path / "a", "train.checkpoints=[0,0.5,1,2]", "attacks=[loss]")
+    record = json.loads((outcome.path / "cell.json").read_text())
+    assert [(c["epoch"], c["step"]) for c in record["checkpoints"]] == [(0, 0), (0.5, 2), (1, 3), (2, 6)]
+    assert [c["path"] for c in record["checkpoints"]][:3] == ["checkpoints/step-0", "checkpoints/step-2",
+                                                             "checkpoints/step-3"]  # fmt: skip
+    assert record["config"]["train"]["checkpoints"] == [0, 0.5, 1, 2]  # whole epochs stay ints in the id
+    table = {(r["epoch"], r["step"]) for r in rows(tmp_path / "a")}
+    assert table == {(0, 0), (0.5, 2), (1, 3), (2, 6)}
+    early = scores(outcome.path / "checkpoints" / "step-2", {"loss"})
+    assert early != scores(outcome.path / "checkpoints" / "step-3", {"loss"})
+
+
+def test_checkpoint_steps_round_half_up_and_refuse_a_shared_step():
+    assert checkpoint_steps([0, 0.25, 0.5, 1, 2, 4], 35) == {0: 0, 9: 0.25, 18: 0.5, 35: 1, 70: 2, 140: 4}
+    assert checkpoint_steps([0.5, 1], 3) == {2: 0.5, 3: 1}  # 1.5 rounds up
+    with pytest.raises(PrivauditorError, match=r"0.25 and 0.3 fall on the same step \(1 of 3 per epoch\)"):
+        checkpoint_steps([0.25, 0.3, 1], 3)
+    with pytest.raises(PrivauditorError, match="0 and 0.1 fall on the same step"):
+        checkpoint_steps([0.1, 1], 3)
+
+
 @pytest.mark.parametrize(
     ("assignments", "message"),
     [
+        (["train.checkpoints=[0.5,1.5]"], "must be a whole number of epochs: it is train.epochs"),
         (
             ["train.epochs=3", "train.checkpoints=[1,2]"],
             "train.epochs (3) must be the last of train.checkpoints",
@@ -110,3 +136,21 @@ def test_setting_one_of_epochs_and_checkpoints_sets_the_other():
 def test_the_rate_warms_up_then_stays_whatever_the_budget():
     factor = warmup_then_constant(4)
     assert [factor(s) for s in range(7)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_the_initial_state_of_a_technique_that_starts_as_the_base_is_scored_as_the_base(tmp_path):
+    """LoRA's B starts at zero, so its step-0 model is the base logit for logit: that checkpoint reads the
+    split's shared signals (no pass of its own, no adapter saved) and scores exactly as `none` does."""
+    base = cell(tmp_path, "train.checkpoints=[0,1,2]", "attacks=[loss,zlib]", adaptation="none")
+    lora = cell(tmp_path, "train.checkpoints=[0,1,2]", "attacks=[loss,zlib]")
+    record = json.loads((lora.path / "cell.json").read_text())
+    start = record["checkpoints"][0]
+    assert (start["step"], start["adaptation_hash"]) == (0, "none")
+    assert not (lora.path / start["path"] / "adapter").exists() and (lora.path / "adapter").is_dir()
+    assert {path for views in start["views"].values() for path in views.values()} == set(
+        json.loads((base.path / "cell.json").read_text())["views"]["loss"].values()
+    )  # the base's own signals file, under shared/
+    assert scores(lora.path / start["path"], {"loss", "zlib"}) == scores(base.path, {"loss", "zlib"})
+    prompt = cell(tmp_path, "train.checkpoints=[0,1,2]", "attacks=[loss]", adaptation="prompt")
+    first = json.loads((prompt.path / "cell.json").read_text())["checkpoints"][0]
+    assert first["adaptation_hash"] != "none"  # virtual tokens change the model from the first step

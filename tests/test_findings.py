@@ -1,33 +1,94 @@
-"""Findings: matched utility's rule, the Pareto frontier, and ``report`` writing findings.md with
-controls, paired significance and the privacy–utility plots."""
+"""Findings: the Answer over blocks (synthetic results with a known order), and ``report`` writing
+findings.md with the Answer, the CD diagram, controls and the exploratory families on real cells."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
+import yaml
 
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.findings import at_level, matched_level
+from privauditor.orchestrator.findings import findings
 from privauditor.orchestrator.plots import pareto
 from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 
+LEVELS = {"none": 0.50, "prompt": 0.53, "lora": 0.60, "full": 0.70, "head": 0.76}
+CLASSES = {"prompt": "prompt_based", "lora": "adapters", "full": "full", "head": "head"}
 
-def point(epoch, nll, auc):
-    return {"epoch": epoch, "utility_loss": nll, "auc": auc}
+
+def synthetic(out, seeds=(0,)):
+    """Leaderboard rows of 6 blocks (3 models x 2 datasets) whose techniques keep one order, plus a
+    technique on one model only; a sweep.yaml with a hypothesis of that order formed on seed 0."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for model in ("m1", "m2", "m3"):
+        for dataset in ("d1", "d2"):
+            shift = rng.normal(0, 0.03)
+            techniques = dict(LEVELS) | ({"llama_adapter": 0.55} if model == "m1" else {})
+            for name, auc in techniques.items():
+                for seed in seeds:
+                    value = auc + shift + rng.normal(0, 0.002)
+                    epochs = [0] if name == "none" else [0, 1, 4]
+                    for epoch in epochs:
+                        rows.append({
+                            "cell_id": f"{model}__{name}__{dataset}__s{seed}__x", "model": model, "adaptation": name,
+                            "dataset": dataset, "seed": seed, "epoch": epoch, "step": epoch * 10,
+                            "best": epoch == epochs[-1], "attack": "loss", "access": "black-box",
+                            "auc": 0.5 + (value - 0.5) * epoch / 4 if epoch else 0.5, "auc_ci_low": value - 0.05,
+                            "auc_ci_high": value + 0.05, "utility_loss": 6.4 - epoch, "defence": "none",
+                            "trainable_fraction": 0.4 if name == "head" else 1.0 if name == "full" else 0.02,
+                        })  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    hypothesis = {"attack": "loss", "checkpoint": "last", "classes": CLASSES,
+                  "order": ["prompt_based", "adapters", "full", "head"], "formed_on": {"seeds": [0]}}  # fmt: skip
+    (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "synthetic", "hypothesis": hypothesis}))
+    for cell_id in {r["cell_id"] for r in rows}:
+        (out / "cells" / cell_id).mkdir(parents=True, exist_ok=True)
+        (out / "cells" / cell_id / "cell.json").write_text(json.dumps({"versions": {}, "checkpoints": []}))
+    return rows
 
 
-def test_matched_utility_reads_each_trajectory_where_it_first_reaches_the_common_level():
-    fast = [point(1, 5.0, 0.60), point(2, 3.0, 0.70), point(3, 3.5, 0.75)]  # best 3.0, then overfits
-    slow = [point(1, 6.0, 0.52), point(2, 5.0, 0.55), point(3, 4.0, 0.58)]  # best 4.0
-    level = matched_level({"fast": fast, "slow": slow, "none": [point(0, 7.0, 0.5)]})
-    assert level == 4.0  # the best utility both trained techniques reach; `none` is left out
-    assert at_level(slow, level) == (0.58, False)
-    assert at_level(fast, level) == (pytest.approx(0.65), False)  # halfway from NLL 5 to 3
-    # a trajectory crossing the level twice is read at its first crossing
-    twice = [point(1, 5.0, 0.5), point(2, 3.0, 0.6), point(3, 5.0, 0.7), point(4, 3.0, 0.8)]
-    assert at_level(twice, 4.0) == (pytest.approx(0.55), False)
-    # one already below the level at its first checkpoint is read there, and flagged
-    assert at_level([point(1, 2.0, 0.9), point(2, 1.0, 0.95)], 4.0) == (0.9, True)
+def test_the_answer_ranks_complete_blocks_with_its_tests_first(tmp_path):
+    text = findings(tmp_path, synthetic(tmp_path))
+    answer = text.split("## Answer", 1)[1].split("\n## ", 1)[0]
+    assert text.index("## Answer") < text.index("## Strongest attack per block") < text.index("## Controls")
+    assert len(answer.strip().splitlines()) <= 40
+    table = [
+        line.split("|")[2].strip()
+        for line in answer.splitlines()
+        if line.startswith("| ") and "rank" not in line
+    ]
+    assert table == ["head", "full", "lora", "prompt"]  # llama_adapter is partial, `none` is the control
+    assert "6 complete (model, dataset) blocks, 1 seed each" in answer
+    assert "| 1 | head | head | 40 % | " in answer and "| 2 | full | full | 100 % |" in answer
+    # 4 techniques in the same order in 6 blocks: Friedman chi2(3) = 18, p = 4.4e-4 (chi-square, df 3)
+    assert "Friedman χ²(3) = 18.0, p = 0.00044" in answer
+    # Wilcoxon over 6 blocks: p >= 2 / 2^6 = 0.031 for every pair, Holm over 6 pairs: nothing survives
+    assert (
+        "Holm over all 6 pairs: 0 significant" in answer
+        and "the smallest p 6 blocks allow is 0.0312" in answer
+    )
+    assert "Not established: any single pair of techniques (Wilcoxon–Holm)" in answer
+    # Page's L of the written order: perfect agreement over 6 blocks; formed on seed 0, so exploratory
+    assert "prompt_based < adapters < full < head" in answer and "Page's L = 180.0" in answer
+    assert "**exploratory**" in answer and "Suggested, not established: the class order" in answer
+    assert "`llama_adapter` is in 2 of the blocks" in answer
+    assert (tmp_path / "plots" / "cd_loss_last.png").stat().st_size > 1000
+    assert "![critical differences](plots/cd_loss_last.png)" in answer
+    assert "No block has two seeds or more" in text
+
+
+def test_two_seeds_give_every_pair_a_t_interval_with_holm_named(tmp_path):
+    text = findings(tmp_path, synthetic(tmp_path, seeds=(0, 1)))
+    assert "1-2 seeds each" not in text and "2 seeds each" in text
+    section = text.split("## Across seeds (exploratory)", 1)[1].split("\n## ", 1)[0]
+    assert "p (Holm over the block's pairs)" in section
+    pairs = [line for line in section.splitlines() if line.startswith("| m") and "model" not in line]
+    assert len(pairs) == 4 * 6 + 2 * 10  # every pair: 4 trained techniques; 5 on m1 (llama_adapter)
+    assert sum(" − " in line for line in pairs) == len(pairs)
 
 
 def test_the_pareto_frontier_keeps_the_points_nothing_beats_on_both_axes():
@@ -35,47 +96,28 @@ def test_the_pareto_frontier_keeps_the_points_nothing_beats_on_both_axes():
     assert pareto(points) == [(3.0, 0.7), (4.0, 0.6), (6.0, 0.5)]
 
 
-def test_report_writes_findings_with_controls_significance_and_plots(tmp_path, capsys):
+@pytest.mark.slow
+def test_report_writes_findings_with_the_answer_controls_and_plots(tmp_path, capsys):
     out = tmp_path / "results"
     sizes = ["split.members=24", "split.nonmembers=24", "split.validation=8", "train.max_length=48",
-             "train.checkpoints=[1,3]", "attacks=[loss,zlib,blind]", "attack_params.blind.permutations=20"]  # fmt: skip
-    for adaptation in ("none", "full", "lora"):
-        run_cell(cell_config({"model": "tiny-gpt2", "adaptation": adaptation, "dataset": "sql"}, sizes), out)
+             "train.checkpoints=[0,0.5,1,3]", "attacks=[loss,zlib,blind]", "attack_params.blind.permutations=20"]  # fmt: skip
+    for dataset in ("sql", "finance"):
+        for adaptation in ("none", "full", "lora", "prompt"):
+            settings = {"model": "tiny-gpt2", "adaptation": adaptation, "dataset": dataset}
+            run_cell(cell_config(settings, sizes), out)
     assert main(["report", str(out)]) == 0
     printed = capsys.readouterr().out
     text = (out / "findings.md").read_text()
     assert text in printed
-    for heading in ("## AUC at equal epochs", "### At the last checkpoint (equal epochs)",
-                    "### At each cell's best-validation checkpoint", "## AUC at matched utility",
-                    "## Controls", "## Caveat"):  # fmt: skip
+    for heading in ("## Answer", "## Strongest attack per block", "## Other views (exploratory)",
+                    "### At matched utility", "## AUC at equal epochs", "## Inside each split", "## Controls",
+                    "## Caveat"):  # fmt: skip
         assert heading in text
-    assert "| full |" in text and "| lora |" in text and "epoch 1 | epoch 3" in text
-    assert "differences significant at 0.05" in text and "of 3 differences" in text  # 3 pairs per view
-    # every significant pair is written winner first, its difference and CI as winner − loser
-    significant = [
-        line.split("|") for line in text.splitlines() if " > " in line and line.startswith("| tiny")
-    ]
-    assert significant  # full fine-tuning, 3 epochs, 24 members: told apart from `none`
-    for cells in significant:
-        low, high = (float(x) for x in cells[6].strip(" []").split(","))
-        assert 0 < low <= float(cells[5]) <= high, cells
-    assert "blind AUC" in text and "One seed: the seed-level CI of every difference is null" in text
+    assert "2 complete (model, dataset) blocks" in text and "epoch 0 | epoch 0.5 | epoch 1 | epoch 3" in text
+    assert "Holm within each of the 2 (model, dataset, seed) groups over that group's pairs" in text
+    assert (out / "plots" / "cd_loss_last.png").stat().st_size > 0
+    assert "blind AUC" in text and "No block has two seeds or more" in text
     assert (out / "plots" / "privacy_utility" / "tiny-gpt2__sql.png").stat().st_size > 0
-    html = (out / "leaderboard.html").read_text()
-    assert "Privacy–utility over checkpoints" in html
-
-
-def test_with_two_seeds_findings_give_seed_level_intervals(tmp_path):
-    from privauditor.orchestrator.findings import findings
-    from privauditor.orchestrator.leaderboard import build
-
-    out = tmp_path / "results"
-    sizes = ["split.members=16", "split.nonmembers=16", "split.validation=4", "train.max_length=32",
-             "train.checkpoints=[1,2]", "attacks=[loss]"]  # fmt: skip
-    for seed in (0, 1):
-        for adaptation in ("none", "full"):
-            settings = {"model": "tiny-gpt2", "adaptation": adaptation, "dataset": "sql", "seed": seed}
-            run_cell(cell_config(settings, sizes), out)
-    text = findings(out, build(out))
-    assert "2 seed(s)" in text and "## Across seeds (last checkpoint)" in text
-    assert "Seed-level 95% CIs (seeds, then samples)" in text and "One seed" not in text
+    matched = text.split("### At matched utility", 1)[1].split("\n## ", 1)[0]
+    assert "no common utility level" in matched or "Every reading at the level" in matched
+    assert "~[" not in matched  # per-sample scores at hand: DeLong intervals, not interpolated bounds

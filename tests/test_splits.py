@@ -88,3 +88,23 @@ def test_more_records_than_the_dataset_has(finance):
     n = len(finance.examples)
     with pytest.raises(PrivauditorError, match=f"has {n}"):
         draw_split(finance, sizes(n, 1, 1), seed=0)
+
+
+@pytest.mark.parametrize("name", ["finance", "sql", "climate"])
+def test_the_reserved_pool_is_outside_every_split_and_splits_of_its_own(name):
+    from privauditor.tasks.splits import draw_reserved
+
+    data = load_dataset(name)
+    assert len(data.reserved) == 256 and len(data.examples) == 3000
+    pool = {e.sample_id for e in data.examples}
+    reserved = {e.sample_id for e in data.reserved}
+    assert not pool & reserved and not {e.text for e in data.examples} & {e.text for e in data.reserved}
+    everything = SplitConfig(members=700, nonmembers=700, validation=700, population=900)  # the whole pool
+    for seed in (0, 1):
+        drawn = draw_split(data, everything, seed)
+        assert not {e.sample_id for part in PARTS for e in getattr(drawn, part)} & reserved
+    chosen = draw_reserved(data, SplitConfig(members=64, nonmembers=1, validation=32), seed=0)
+    assert {e.sample_id for e in chosen.members + chosen.validation} <= reserved
+    assert chosen == draw_reserved(data, SplitConfig(members=64, nonmembers=1, validation=32), seed=0)
+    with pytest.raises(PrivauditorError, match=f"the reserved pool of '{name}' has 256"):
+        draw_reserved(data, SplitConfig(members=300, nonmembers=1, validation=1), seed=0)

@@ -26,7 +26,7 @@ def fake_cell(results, cell_id, auc):
     (folder / "adapter" / "adapter_model.safetensors").write_bytes(b"weights")
     spec = cell_config({"model": "tiny-gpt2", "adaptation": "lora", "dataset": "sql"}).resolve(build=False)
     checkpoints = [
-        {"epoch": 1, "step": 2, "best": False, "path": "checkpoints/epoch-1", "utility_loss": 5.5},
+        {"epoch": 1, "step": 2, "best": False, "path": "checkpoints/step-2", "utility_loss": 5.5},
         {"epoch": 2, "step": 4, "best": True, "path": ".", "utility_loss": 5.0},
     ]
     record = {"cell_id": cell_id, "utility_loss": 5.0, "trainable_params": 3, "train": {"seconds": 1.0},
@@ -87,7 +87,7 @@ def test_leaderboard_from_cells_finished_on_other_nodes(results, tmp_path, monke
     results.push_cell("c3")
     stage = results.local / "cells" / "c3"
     kept = sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file())
-    assert kept == ["DONE", "cell.json", "checkpoints/epoch-1/metrics.json", "metrics.json"]
+    assert kept == ["DONE", "cell.json", "checkpoints/step-2/metrics.json", "metrics.json"]
     monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path / "other-cache"))
     elsewhere = Results.at(results.uri)  # another node: an empty stage of its own
     assert elsewhere.local != results.local and not (elsewhere.local / "cells").exists()

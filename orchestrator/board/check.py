@@ -1,8 +1,9 @@
 """``privauditor board add`` and ``board check``: what goes into a store, and what a store may hold.
 
 A store is valid when every file under ``records/`` is a record at ``records/<key>/<content hash>.json``
-in canonical form, of the schema this privauditor reads, with its required provenance and no per-sample
-field (:func:`.records.problems`); no key holds two versions (writers that raced
+in canonical form, of a schema version this privauditor reads (2, or 1 upgraded in memory:
+:func:`.records.upgrade`), with its required provenance and no per-sample field
+(:func:`.records.problems`); no key holds two versions (writers that raced
 on an object store); every record a correction supersedes is in the store; and each split of each run
 carries its controls: the un-adapted base (``none``) and the model-free ``blind`` attack.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from privauditor.tasks.errors import PrivauditorError
 
-from .records import canonical, content_hash, from_results, identity, problems
+from .records import canonical, content_hash, from_results, identity, problems, upgrade
 from .store import Store
 
 
@@ -61,7 +62,7 @@ def check(store: Store) -> tuple[list[dict[str, Any]], list[str]]:
                     wrong.append(f"{path}: record {record['key']} filed under key {key}")
             found += wrong
             if not wrong:
-                records.append(record)
+                records.append(upgrade(record))
     keys = {r["key"] for r in records}
     for r in records:
         found += [
@@ -82,7 +83,7 @@ def valid_records(store: Store) -> list[dict[str, Any]]:
 
 
 def _supersedes(store: Store, names: list[str]) -> dict[tuple, str]:
-    """(model, technique, dataset, seed, epoch) → the key a new record supersedes, from record keys or
+    """(model, technique, dataset, seed, step) → the key a new record supersedes, from record keys or
     run ids of records in the store."""
     records = valid_records(store)
     mapping = {}
@@ -114,7 +115,7 @@ def add(results: str | Path, location: str | Path, supersedes: list[str] | None 
             there = store.list(f"records/{r['key']}")
             if there and name not in there:
                 raise PrivauditorError(
-                    f"conflict: record {r['key']} ({r['cell_id']}, epoch {r['epoch']}) is in {store.uri} as "
+                    f"conflict: record {r['key']} ({r['cell_id']}, step {r['step']}) is in {store.uri} as "
                     f"{there[0]}, and these results give {name}: a correction is a new run (board add --supersedes)"
                 )
             if not there:

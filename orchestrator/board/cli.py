@@ -29,7 +29,7 @@ def _check(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from .site import build
 
-    now = build(args.store, args.out)
+    now = build(args.store, args.out, args.hypothesis)
     counts = now["counts"]
     print(f"board: {counts['records']} records from {counts['runs']} runs, {counts['settings']} settings, "
           f"{counts['rows']} setting rows: {args.out}/index.html")  # fmt: skip
@@ -56,7 +56,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     add.add_argument("store", help="store folder (created if new) or pyarrow.fs URI (s3://, gs://, file://)")
     add.add_argument(
         "--supersedes", action="append", metavar="KEY_OR_RUN",
-        help="a record key, or a run id, whose records these correct (same model, technique, dataset, seed, epoch)",
+        help="a record key, or a run id, whose records these correct (same model, technique, dataset, seed, step)",
     )  # fmt: skip
     add.set_defaults(handler=_add)
     check = actions.add_parser(
@@ -67,6 +67,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     build = actions.add_parser("build", help="validate, merge runs and seeds, write tables and the HTML site")
     build.add_argument("store")
     build.add_argument("--out", required=True, help="site folder (replaced if it is an earlier site)")
+    build.add_argument(
+        "--hypothesis", metavar="SWEEP",
+        help="a sweep file or shipped sweep name whose hypothesis block Page's test checks (default: none)",
+    )  # fmt: skip
     build.set_defaults(handler=_build)
     release = actions.add_parser("release", help="write a release manifest (the history page compares them)")
     release.add_argument("store")

@@ -2,10 +2,14 @@
 board's mirror on W&B.
 
 ``releases/<NAME>.json`` lists the records the release holds (their files), those it leaves out as
-superseded, and the board's summary at that moment: every setting row's AUC and the ranking of
-techniques. The history page compares each release with the one before it (and the store's current
-records with the last release): rows that are new, rows whose AUC moved (more seeds, a correction), rows
-that left, techniques whose rank changed, and records superseded since. A release name is used once.
+superseded, and the board's summary at that moment: every setting row's AUC (keyed by setting, step and
+attack) and the battery's ranking of techniques (:func:`.ranked.summary_of`: names, mean ranks and AUCs,
+significant pairs). The history page compares each release with the one before it (and the store's
+current records with the last release): rows that are new, rows whose AUC moved (more seeds, a
+correction), rows that left, techniques that swapped places with one the newer battery separates them
+from (any other change of order is within the noise: :func:`.ranked.moves`), and records superseded
+since. A release name is used once. Releases written before these summaries (rows keyed by epoch, a
+ranking of mean AUCs) are still compared: their rows by epoch, their order with no pair separated.
 """
 
 from __future__ import annotations
@@ -20,27 +24,34 @@ from typing import Any
 from privauditor.tasks.errors import PrivauditorError
 
 from .check import valid_records
-from .merge import cell_rows, live, ranking, setting_rows
+from .merge import cell_rows, live, setting_rows
+from .ranked import moves, rank, summary_of
 from .store import BOARD_FORMAT, Store
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-def summary(store: Store, records: list[dict[str, Any]], settings: list[dict[str, Any]]) -> dict[str, Any]:
+def _key(row: dict[str, Any], by: str = "step") -> str:
+    """A setting row's name in a summary: setting, step (epoch, as releases before steps had it), attack."""
+    value = row[by]
+    if isinstance(value, float) and value.is_integer():  # a whole epoch, as schema-1 summaries wrote it
+        value = int(value)
+    return f"{row['setting']}/{value}/{row['attack']}"
+
+
+def summary(
+    store: Store, records: list[dict[str, Any]], settings: list[dict[str, Any]], found: Any
+) -> dict[str, Any]:
     """The board's state (what a manifest holds, and the history page's ``unreleased`` entry) from its
-    records and their setting rows."""
+    records, their setting rows and the battery ``found`` (:func:`.ranked.rank`)."""
     kept = live(records)
     keys = {r["key"] for r in kept}
+    fields = ("model", "technique", "dataset", "epoch", "step", "attack", "auc", "n_seeds")
     return {
         "records": sorted(p for key, paths in store.records().items() if key in keys for p in paths),
         "superseded": sorted({r["key"] for r in records} - keys),
-        "rows": {
-            f"{r['setting']}/{r['epoch']}/{r['attack']}": {
-                k: r[k] for k in ("model", "technique", "dataset", "epoch", "attack", "auc", "n_seeds")
-            }
-            for r in settings
-        },
-        "ranking": [[name, auc] for name, auc in ranking(settings)],
+        "rows": {_key(r): {k: r[k] for k in fields} for r in settings},
+        "ranking": summary_of(found),
         "counts": {"records": len(kept), "runs": len({r["run"] for r in kept}), "cells": len({r["cell_id"] for r in kept}),
                    "settings": len({r["setting"] for r in settings}), "rows": len(settings)},
     }  # fmt: skip
@@ -64,13 +75,14 @@ def release(
         raise PrivauditorError(
             f"store {store.uri} holds no records to release: board add a results folder first"
         )
-    settings = setting_rows(cell_rows(records))
+    cells = cell_rows(records)
+    settings = setting_rows(cells)
     earlier = manifests(store)
     manifest = {
         "board_format": BOARD_FORMAT, "name": name, "sequence": len(earlier) + 1,
         "previous": earlier[-1]["name"] if earlier else None,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    } | summary(store, records, settings)  # fmt: skip
+    } | summary(store, records, settings, rank(cells)[0])  # fmt: skip
     data = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
     if not store.write_new(f"releases/{name}.json", data):
         raise PrivauditorError(f"release {name} is already in {store.uri}: a release name is used once")
@@ -83,23 +95,19 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, A
     """What changed from one board summary to the next (``before`` None: everything is new)."""
     old_rows = before["rows"] if before else {}
     new_rows = after["rows"]
+    if old_rows and not all("step" in row for row in old_rows.values()):  # a release keyed by epoch
+        new_rows = {_key(row, "epoch"): row for row in new_rows.values()}
     moved = [
         (k, old_rows[k], row)
         for k, row in new_rows.items()
         if k in old_rows and old_rows[k]["auc"] != row["auc"]
-    ]
-    old_rank = {t: i + 1 for i, (t, _) in enumerate(before["ranking"])} if before else {}
-    ranks = [
-        (t, old_rank.get(t), i + 1, auc)
-        for i, (t, auc) in enumerate(after["ranking"])
-        if old_rank.get(t) != i + 1
     ]
     order = lambda row: (row["model"], row["technique"], row["dataset"], row["epoch"] or 0, row["attack"])  # noqa: E731
     return {
         "new": sorted((row for k, row in new_rows.items() if k not in old_rows), key=order),
         "moved": sorted(moved, key=lambda m: order(m[2])),
         "gone": sorted((row for k, row in old_rows.items() if k not in new_rows), key=order),
-        "ranks": ranks,
+        "ranks": moves(before["ranking"] if before else None, after["ranking"]),
         "superseded": sorted(set(after["superseded"]) - set(before["superseded"] if before else [])),
         "records": len(set(after["records"]) - set(before["records"] if before else [])),
     }

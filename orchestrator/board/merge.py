@@ -1,14 +1,25 @@
 """Merging records of many runs into the board's two tables.
 
-- **Cell rows** (the leaderboard's own columns, :data:`privauditor.orchestrator.leaderboard.COLUMNS`): one
-  per (cell, checkpoint, attack). Records of one cell id from several runs are *replicas* of the same
-  settings and seed: their figures are averaged and ``runs`` counts them; they are not extra samples.
-- **Setting rows** (:data:`SETTING_COLUMNS`): one per (setting, checkpoint, attack), over the seeds of a
-  setting (cells whose specs differ only in the seed). ``auc`` is the mean over seeds; with two seeds or
-  more ``auc_ci_low/high`` is the t-interval of that mean (``ci_over`` = ``seeds``), with one it is the
-  cell's bootstrap CI over samples (``ci_over`` = ``samples``).
+- **Cell rows** (the leaderboard's own columns, :data:`privauditor.orchestrator.leaderboard.COLUMNS`, and
+  ``replicas_agree``): one per (cell, checkpoint step, attack). Records of one cell id from several runs
+  are *replicas* of the same settings and seed, not extra samples; ``runs`` counts them. Their point
+  figures (AUC, TPRs, utility, timings) are averaged by :func:`mean_row`; every interval and bound
+  derived from the per-sample scores (:data:`PER_SAMPLE_BOUNDS`: CI bounds, FPR bounds, ``few`` flags,
+  the ε bound, its ceiling and the DP-violation flag) is never averaged: it is the replica's of the run
+  id that sorts first. ``replicas_agree`` is False where the replicas' AUCs differ (non-deterministic
+  code, or a changed environment): then the shown AUC is their mean and the intervals are one run's.
+- **Setting rows** (:data:`SETTING_COLUMNS`): one per (setting, checkpoint step, attack), over the seeds
+  of a setting (cells whose specs differ only in the seed). ``auc`` is the mean over seeds; with two
+  seeds or more ``auc_ci_low/high`` is the t-interval of that mean (``ci_over`` = ``seeds``), with one it
+  is the cell's own bootstrap CI over samples (``ci_over`` = ``samples``): recomputed, never averaged.
 
-Superseded records (named in a later record's ``supersedes``) are left out of both.
+Missing values are never dropped silently: a missing ε bound (``eps_lower`` None, "nothing bounded") is
+the trivial bound 0 in a mean (``None`` stays where no merged row has a bound), and ``eps_bounded`` says how many of the merged rows had one ("bounded in
+1 of 3 seeds"); any other number that is missing in some merged rows (e.g. a TPR left out for too few
+non-members) makes the merged value ``None``.
+
+Superseded records (named in a later record's ``supersedes``) are left out of both; so is a schema-1
+record whose schema-2 twin (same run, cell and step: the folder added again) is in the store.
 """
 
 from __future__ import annotations
@@ -19,29 +30,49 @@ from typing import Any
 
 from privauditor.orchestrator.summary import technique
 
-from .records import rows_of
+from .records import TPR_FIELDS, rows_of
 
 SETTING_COLUMNS = [
-    "setting", "model", "technique", "adaptation", "dataset", "defence", "epsilon_target", "epoch", "last",
-    "attack", "access", "n_seeds", "seeds", "runs", "auc", "auc_std", "auc_ci_low", "auc_ci_high", "ci_over",
-    "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members", "n_nonmembers", "utility_loss", "epsilon",
-    "eps_lower", "eps_ceiling", "dp_violation", "trainable_params", "train_seconds", "cells",
+    "setting", "model", "technique", "adaptation", "dataset", "defence", "epsilon_target", "epoch", "step",
+    "last", "attack", "access", "n_seeds", "seeds", "runs", "auc", "auc_std", "auc_ci_low", "auc_ci_high",
+    "ci_over", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members", "n_nonmembers", "utility_loss",
+    "epsilon", "eps_lower", "eps_bounded", "eps_ceiling", "dp_violation", "trainable_params",
+    "trainable_fraction", "train_seconds", "replicas_agree", "cells",
 ]  # fmt: skip
+#: figures computed from the per-sample scores as intervals or bounds: one replica's, never a mean
+PER_SAMPLE_BOUNDS = (
+    "auc_ci_low", "auc_ci_high", *(f for f in TPR_FIELDS if f != "tpr_at_0fp"), "eps_lower", "eps_ceiling",
+    "dp_violation",
+)  # fmt: skip
+#: in a mean, a missing value of these is this number (``eps_lower`` None: the trivial bound ε ≥ 0)
+MISSING_AS = {"eps_lower": 0.0}
 
 
 def live(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records no other record supersedes."""
+    """The records no other record supersedes, one per (run, cell, step): the newest schema's."""
     gone = {key for r in records for key in r["supersedes"]}
-    return [r for r in records if r["key"] not in gone]
+    newest: dict[tuple, dict[str, Any]] = {}
+    for r in records:
+        if r["key"] in gone:
+            continue
+        place = (r["run"], r["cell_id"], r["step"])
+        if place not in newest or r["schema_version"] > newest[place]["schema_version"]:
+            newest[place] = r
+    return [r for r in records if newest.get((r["run"], r["cell_id"], r["step"])) is r]
 
 
 def mean_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Field by field: the common value, else the mean of numbers, ``any`` of flags, the first string."""
+    """Field by field: the common value; else, where a value is missing, its :data:`MISSING_AS` number or
+    ``None`` (nothing is dropped); else the mean of numbers, ``any`` of flags, the first string."""
     merged = {}
     for column in rows[0]:
-        values = [r[column] for r in rows if r.get(column) is not None]
-        if not values or all(v == values[0] for v in values):
-            merged[column] = values[0] if values else None
+        values = [r.get(column) for r in rows]
+        if column in MISSING_AS and any(v is not None for v in values):  # all missing: still None
+            values = [MISSING_AS[column] if v is None else v for v in values]
+        if all(v == values[0] for v in values):
+            merged[column] = values[0]
+        elif any(v is None for v in values):
+            merged[column] = None
         elif all(isinstance(v, bool) for v in values):
             merged[column] = any(values)
         elif all(isinstance(v, int | float) for v in values):
@@ -51,53 +82,58 @@ def mean_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def _step(row: dict[str, Any]) -> int:
+    return -1 if row["step"] is None else row["step"]
+
+
+def replica_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One cell row from its replicas, given in the order of their runs' ids (see the module docstring)."""
+    first = rows[0]
+    merged = mean_row(rows) | {k: first[k] for k in PER_SAMPLE_BOUNDS if k in first}
+    return merged | {"runs": len(rows), "replicas_agree": len({r["auc"] for r in rows}) == 1}
+
+
 def cell_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Leaderboard rows of the live records, replicas averaged, sorted by cell, epoch and attack."""
+    """Leaderboard rows of the live records, replicas merged, sorted by cell, step and attack."""
     replicas: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for record in live(records):
+    for record in sorted(live(records), key=lambda r: r["run"]):
         for row in rows_of(record):
-            replicas[
-                (row["cell_id"], row["epoch"] if row["epoch"] is not None else -1, row["attack"])
-            ].append(row)
-    return [mean_row(rows) | {"runs": len(rows)} for _, rows in sorted(replicas.items())]
+            replicas[(row["cell_id"], _step(row), row["attack"])].append(row)
+    return [replica_row(rows) for _, rows in sorted(replicas.items())]
+
+
+def _interval(aucs: list[float], row: dict[str, Any]) -> dict[str, Any]:
+    """The mean AUC's spread and interval: over seeds (t) with two or more, else the cell's own."""
+    from scipy import stats
+
+    n = len(aucs)
+    mean = sum(aucs) / n
+    if n == 1:
+        return {"auc": mean, "auc_std": None, "ci_over": "samples",
+                "auc_ci_low": row["auc_ci_low"], "auc_ci_high": row["auc_ci_high"]}  # fmt: skip
+    std = math.sqrt(sum((a - mean) ** 2 for a in aucs) / (n - 1))
+    half = float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
+    return {"auc": mean, "auc_std": std, "ci_over": "seeds",
+            "auc_ci_low": max(0.0, mean - half), "auc_ci_high": min(1.0, mean + half)}  # fmt: skip
 
 
 def setting_rows(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (setting, checkpoint, attack) over its seeds, highest AUC first within a setting."""
-    from scipy import stats
-
+    """One row per (setting, checkpoint step, attack) over its seeds, highest AUC first in a setting."""
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     last: dict[str, int] = {}
     for row in cells:
-        groups[(row["setting"], row["epoch"], row["attack"])].append(row)
-        if row["epoch"] is not None:
-            last[row["setting"]] = max(last.get(row["setting"], row["epoch"]), row["epoch"])
+        groups[(row["setting"], _step(row), row["attack"])].append(row)
+        if row["step"] is not None:
+            last[row["setting"]] = max(last.get(row["setting"], row["step"]), row["step"])
     found = []
-    for (setting, epoch, _), rows in groups.items():
-        merged, aucs = mean_row(rows), [r["auc"] for r in rows]
-        n = len(rows)
-        mean = sum(aucs) / n
-        std = math.sqrt(sum((a - mean) ** 2 for a in aucs) / (n - 1)) if n > 1 else None
-        if n > 1:
-            half = float(stats.t.ppf(0.975, n - 1)) * std / math.sqrt(n)
-            low, high, over = max(0.0, mean - half), min(1.0, mean + half), "seeds"
-        else:
-            low, high, over = rows[0]["auc_ci_low"], rows[0]["auc_ci_high"], "samples"
+    for (setting, step, _), rows in groups.items():
+        merged = mean_row(rows) | _interval([r["auc"] for r in rows], rows[0])
         merged |= {
-            "technique": technique(rows[0]), "last": epoch is None or epoch == last.get(setting),
-            "n_seeds": n, "seeds": ",".join(str(s) for s in sorted(r["seed"] for r in rows)),
-            "runs": sum(r["runs"] for r in rows), "auc": mean, "auc_std": std, "auc_ci_low": low,
-            "auc_ci_high": high, "ci_over": over, "cells": " ".join(sorted(r["cell_id"] for r in rows)),
+            "technique": technique(rows[0]), "last": step == -1 or step == last.get(setting),
+            "n_seeds": len(rows), "seeds": ",".join(str(s) for s in sorted(r["seed"] for r in rows)),
+            "runs": sum(r["runs"] for r in rows), "eps_bounded": sum(r["eps_lower"] is not None for r in rows),
+            "replicas_agree": all(r.get("replicas_agree", True) for r in rows),
+            "cells": " ".join(sorted(r["cell_id"] for r in rows)),
         }  # fmt: skip
         found.append({c: merged.get(c) for c in SETTING_COLUMNS})
-    return sorted(found, key=lambda r: (r["model"], r["dataset"], r["technique"], r["epoch"] or 0, -r["auc"]))
-
-
-def ranking(settings: list[dict[str, Any]]) -> list[tuple[str, float]]:
-    """Techniques by mean AUC over their settings' last checkpoints and every attack on the model (the
-    model-free control, which reads only texts, left out), riskiest first."""
-    by: dict[str, list[float]] = defaultdict(list)
-    for row in settings:
-        if row["last"] and row["access"] != "model-free":
-            by[row["technique"]].append(row["auc"])
-    return sorted(((t, sum(a) / len(a)) for t, a in by.items()), key=lambda kv: (-kv[1], kv[0]))
+    return sorted(found, key=lambda r: (r["model"], r["dataset"], r["technique"], r["step"] or 0, -r["auc"]))

@@ -1,16 +1,21 @@
 """Board records: one immutable JSON document per (cell, checkpoint) of a results folder.
 
 A record holds aggregates and provenance only: the leaderboard's per-cell fields, per attack the
-metrics (AUC and its CI, TPRs, counts, the empirical ε bound, duplication's AUC), and where the numbers
-came from (package versions and git revision, the resolved spec, split and adapter hashes, hardware,
-wall times). No sample text, ids, token ids, per-sample scores or ROC points, and no time of adding, so
-the same results always give the same bytes (:func:`canonical`).
+metrics (AUC and its CI, TPRs with their intervals and FPR bounds, counts, the empirical ε bound,
+duplication's AUC), and where the numbers came from (package versions and git revision, the resolved
+spec, split and adapter hashes, hardware, wall times). No sample text, ids, token ids, per-sample scores
+or ROC points, and no time of adding, so the same results always give the same bytes (:func:`canonical`).
 
 Its ``key`` hashes the cell's definition (its resolved spec) and the run it came from (the results
-folder's ``run_id`` in ``privauditor.json``, the cell id and the checkpoint's epoch): adding a folder
-again finds the same keys and the same bytes. ``setting`` hashes the spec without its seed, so cells
-that differ only in seed share a setting (the board aggregates them), and cells with the same id from
-different runs are replicas of one sample.
+folder's ``run_id`` in ``privauditor.json``, the cell id and the checkpoint's **step**: epochs may be
+fractions, steps are whole): adding a folder again finds the same keys and the same bytes. ``setting``
+hashes the spec without its seed, so cells that differ only in seed share a setting (the board
+aggregates them), and cells with the same id from different runs are replicas of one sample.
+
+Schema versions: 2 (written) adds ``trainable_fraction`` and the low-FPR fields of
+:data:`privauditor.orchestrator.leaderboard.TPR_COLUMNS` and keys by step. A schema-1 record (keyed by
+epoch) is still read: :func:`problems` checks it against its own fields and its key with the epoch
+rule, and :func:`upgrade` fills the newer fields with ``None`` in memory; its stored bytes and key stay.
 """
 
 from __future__ import annotations
@@ -25,18 +30,30 @@ from privauditor.tasks.cache import stable_hash
 from privauditor.tasks.errors import PrivauditorError
 
 FORMAT = "privauditor-board-record"
-SCHEMA_VERSION = 1
-#: a record's fields (every one present; ``None`` where it does not apply)
-FIELDS = (
+SCHEMA_VERSION = 2
+#: schema 1's fields (what :func:`upgrade` fills in for a record of that version)
+FIELDS_V1 = (
     "format", "schema_version", "key", "run", "cell_id", "setting", "model", "adaptation", "dataset",
     "seed", "defence", "epsilon_target", "epoch", "step", "best", "utility_loss", "epsilon",
     "trainable_params", "train_seconds", "attacks", "provenance", "supersedes",
 )  # fmt: skip
-#: per attack
-ATTACK_FIELDS = (
+ATTACK_FIELDS_V1 = (
     "access", "auc", "auc_ci_low", "auc_ci_high", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members",
     "n_nonmembers", "delta", "eps_lower", "eps_ceiling", "dp_violation", "auc_repeated_vs_singleton",
 )  # fmt: skip
+#: the low-FPR fields, as :data:`privauditor.orchestrator.leaderboard.TPR_COLUMNS` names them (spelled out
+#: here because the leaderboard imports this module; a test keeps the two equal)
+TPR_FIELDS = (
+    *(f"{rate}{part}" for rate in ("tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "tpr_at_0fp")
+      for part in ("_ci_low", "_ci_high", "_fpr_bound", *(() if rate == "tpr_at_0fp" else ("_few",)))),
+    "tpr_at_0fp",
+)  # fmt: skip
+#: a record's fields (every one present; ``None`` where it does not apply)
+FIELDS = (*FIELDS_V1[:-4], "trainable_fraction", *FIELDS_V1[-4:])
+#: per attack
+ATTACK_FIELDS = (*ATTACK_FIELDS_V1, *TPR_FIELDS)
+#: the versions this privauditor reads: version -> (fields, attack fields)
+SCHEMAS = {1: (FIELDS_V1, ATTACK_FIELDS_V1), 2: (FIELDS, ATTACK_FIELDS)}
 PROVENANCE_FIELDS = (
     "versions", "results_format", "spec", "split", "adaptation_hash", "hardware", "timings", "train",
     "defence",
@@ -76,8 +93,33 @@ def setting_of(spec: dict[str, Any]) -> str:
     return stable_hash({k: v for k, v in spec.items() if k != "seed"}, 16)
 
 
-def record_key(spec: dict[str, Any], run: str, cell_id: str, epoch: int | None) -> str:
+def record_key(spec: dict[str, Any], run: str, cell_id: str, step: int | None) -> str:
+    """A schema-2 record's key: its cell's definition, its run, its cell id and its checkpoint's step."""
+    return stable_hash({"cell": stable_hash(spec, 64), "run": run, "cell_id": cell_id, "step": step}, 32)
+
+
+def record_key_v1(spec: dict[str, Any], run: str, cell_id: str, epoch: int | None) -> str:
+    """A schema-1 record's key: as :func:`record_key`, with the checkpoint's epoch."""
     return stable_hash({"cell": stable_hash(spec, 64), "run": run, "cell_id": cell_id, "epoch": epoch}, 32)
+
+
+def expected_key(record: dict[str, Any]) -> str:
+    """The key a record must carry, by the rule of its own schema version."""
+    spec, run, cell_id = record["provenance"]["spec"], record["run"], record["cell_id"]
+    if record["schema_version"] == 1:
+        return record_key_v1(spec, run, cell_id, record["epoch"])
+    return record_key(spec, run, cell_id, record["step"])
+
+
+def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """A valid record of any readable version with every current field (``None`` where its version had
+    none); its ``schema_version`` and ``key`` stay as stored."""
+    if record["schema_version"] == SCHEMA_VERSION:
+        return record
+    attacks = {
+        name: {k: metrics.get(k) for k in ATTACK_FIELDS} for name, metrics in record["attacks"].items()
+    }
+    return {k: record.get(k) for k in FIELDS} | {"attacks": attacks}
 
 
 def run_id(results: Any) -> str:
@@ -96,8 +138,8 @@ def run_id(results: Any) -> str:
 
 
 def from_results(location: str | Path, supersedes: dict[tuple, str] | None = None) -> list[dict[str, Any]]:
-    """Every record of a results folder (a path or an object-store URI), in cell and epoch order.
-    ``supersedes`` maps (model, technique, dataset, seed, epoch) to the key of a record these replace."""
+    """Every record of a results folder (a path or an object-store URI), in cell and step order.
+    ``supersedes`` maps (model, technique, dataset, seed, step) to the key of a record these replace."""
     from privauditor.orchestrator.leaderboard import rows
     from privauditor.orchestrator.storage import Results
     from privauditor.tasks.cell import check_results_dir
@@ -110,11 +152,11 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     results.pull_summaries()
     by_cell: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for row in rows(results.local):
-        by_cell.setdefault((row["cell_id"], row["epoch"]), []).append(row)
+        by_cell.setdefault((row["cell_id"], row["step"]), []).append(row)
     records = []
-    for (cell_id, epoch), found in by_cell.items():
+    for (cell_id, step), found in by_cell.items():
         cell = json.loads((results.local / "cells" / cell_id / "cell.json").read_text())
-        checkpoint = next(c for c in cell["checkpoints"] if c["epoch"] == epoch)
+        checkpoint = next(c for c in cell["checkpoints"] if c["step"] == step)
         record = _record(run, cell, checkpoint, found)
         named = (supersedes or {}).get(identity(record))
         record["supersedes"] = [named] if named else []
@@ -138,21 +180,23 @@ def _record(run: str, cell: dict[str, Any], checkpoint: dict[str, Any], found: l
         "train": cell.get("train", {}),
         "defence": cell.get("defence", {"name": "none"}),
     }
-    record["key"] = record_key(spec, run, cell["cell_id"], checkpoint["epoch"])
+    record["key"] = record_key(spec, run, cell["cell_id"], checkpoint["step"])
     return record
 
 
 def identity(record: dict[str, Any]) -> tuple:
-    """What a correction must share with the record it supersedes: the same cell at the same epoch,
-    up to the settings a fix may change."""
+    """What a correction must share with the record it supersedes: the same cell at the same step (of
+    either schema version), up to the settings a fix may change."""
     technique = record["cell_id"].split("__")[1]
-    return (record["model"], technique, record["dataset"], record["seed"], record["epoch"])
+    return (record["model"], technique, record["dataset"], record["seed"], record["step"])
 
 
 def rows_of(record: dict[str, Any], runs: int = 1) -> list[dict[str, Any]]:
-    """The record as leaderboard rows (:data:`privauditor.orchestrator.leaderboard.COLUMNS`)."""
+    """The record (of any readable version) as leaderboard rows
+    (:data:`privauditor.orchestrator.leaderboard.COLUMNS`)."""
     from privauditor.orchestrator.leaderboard import COLUMNS
 
+    record = upgrade(record)
     cell = {k: record[k] for k in FIELDS if k in COLUMNS} | {"runs": runs}
     return [
         {c: ({"attack": attack} | cell | metrics).get(c) for c in COLUMNS}
@@ -165,18 +209,20 @@ def problems(record: Any, path: str = "") -> list[str]:
     where = f"{path}: " if path else ""
     if not isinstance(record, dict):
         return [f"{where}a record is a JSON object"]
-    if record.get("format") != FORMAT or record.get("schema_version") != SCHEMA_VERSION:
+    version = record.get("schema_version")
+    if record.get("format") != FORMAT or version not in SCHEMAS or isinstance(version, bool):
         return [
-            f"{where}schema {record.get('format')!r} version {record.get('schema_version')!r} is not "
-            f"{FORMAT!r} version {SCHEMA_VERSION}, the one this privauditor reads"
+            f"{where}schema {record.get('format')!r} version {version!r} is not {FORMAT!r} version "
+            f"{' or '.join(map(str, SCHEMAS))}, the ones this privauditor reads"
         ]
-    found = _fields(record, FIELDS, where, "")
+    fields, attack_fields = SCHEMAS[version]
+    found = _fields(record, fields, where, "")
     attacks = record.get("attacks")
     if not isinstance(attacks, dict) or not attacks:
         found.append(f"{where}no attack results")
     else:
         for name, metrics in attacks.items():
-            found += _fields(metrics, ATTACK_FIELDS, where, f"attacks.{name}.")
+            found += _fields(metrics, attack_fields, where, f"attacks.{name}.")
             auc = metrics.get("auc") if isinstance(metrics, dict) else None
             if not isinstance(auc, int | float) or not 0 <= auc <= 1:
                 found.append(f"{where}attacks.{name}.auc is {auc!r}, not a number in [0, 1]")
@@ -188,13 +234,12 @@ def problems(record: Any, path: str = "") -> list[str]:
             found.append(f"{where}provenance.versions names no privauditor version")
         if not provenance["split"]:
             found.append(f"{where}provenance.split holds no split hashes")
-        spec = provenance["spec"]
-        expected = record_key(spec, record["run"], record["cell_id"], record["epoch"])
+        expected, by = expected_key(record), "epoch" if version == 1 else "step"
         if record["key"] != expected:
             found.append(
-                f"{where}key {record['key']} is not the hash of its spec, run, cell and epoch ({expected})"
+                f"{where}key {record['key']} is not the hash of its spec, run, cell and {by} ({expected})"
             )
-        if record["setting"] != setting_of(spec):
+        if record["setting"] != setting_of(provenance["spec"]):
             found.append(f"{where}setting {record['setting']} is not the hash of its spec without the seed")
     if not isinstance(record.get("supersedes"), list):
         found.append(f"{where}supersedes is a list of record keys")

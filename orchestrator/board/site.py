@@ -2,7 +2,9 @@
 
 ```
 SITE/
-  index.html                overview: counts, the techniques' ranking, models, attacks, privacy–utility
+  index.html                overview: counts, the techniques' battery (ranking, tests, coverage,
+                            partial techniques, a hypothesis's Page test), models, attacks, privacy–utility
+  cd.png                    the ranking's critical-difference diagram (no time stamp: byte-stable)
   models/<model>.html       a model's setting rows (last checkpoint, then every checkpoint)
   techniques/<name>.html    the same for a technique (defended techniques apart: ``lora+dp-e8``)
   cells/<cell_id>.html      provenance of a cell's records: runs, versions, hashes, hardware, wall times
@@ -12,8 +14,9 @@ SITE/
   board-site.json           what the site was built from
 ```
 
-No network and no external files: images are embedded, tables sort on a header click. The site is built
-beside ``SITE`` and renamed into place; a folder that is not an earlier site is refused.
+No network and nothing outside ``SITE``: the plots are embedded, the diagram is a file beside the pages,
+tables sort on a header click. Equal stores give equal bytes (the battery's bootstrap is seeded). The
+site is built beside ``SITE`` and renamed into place; a folder that is not an earlier site is refused.
 """
 
 from __future__ import annotations
@@ -26,15 +29,19 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from privauditor.orchestrator.battery import diagram
+from privauditor.orchestrator.blocks import fraction_text
 from privauditor.orchestrator.html import SCRIPT, STYLE, Raw, _img, _table, privacy_utility_png
-from privauditor.orchestrator.leaderboard import write
+from privauditor.orchestrator.leaderboard import tpr_text, write
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.spec import slug
 
 from .check import valid_records
 from .history import changes, manifests, summary
-from .merge import SETTING_COLUMNS, cell_rows, ranking, setting_rows
+from .merge import SETTING_COLUMNS, cell_rows, setting_rows
+from .ranked import block_values, fraction_of, fractions, load_hypothesis, rank, registration_of
 from .store import Store
+from .techniques import CD_PICTURE, diagram_title, moves_html, section
 
 MARKER = "board-site.json"
 
@@ -58,24 +65,41 @@ def _f(value: Any) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _bound(row: dict[str, Any]) -> str:
+    """The ε bound of a setting row and, over several seeds, in how many of them anything was bounded."""
+    if row["n_seeds"] == 1:
+        return _f(row["eps_lower"])
+    return f"{_f(row['eps_lower'])} (bounded in {row['eps_bounded']} of {row['n_seeds']} seeds)"
+
+
+def _fraction(row: dict[str, Any]) -> str:
+    f = row["trainable_fraction"]
+    return fraction_text(None if f is None else (f, f))
+
+
 def settings_table(rows: list[dict[str, Any]], root: str) -> str:
-    header = ["model", "technique", "dataset", "epoch", "attack", "access", "AUC", "95% CI", "CI over", "seeds",
-              "runs", "TPR@1%FPR", "val NLL", "eps spent", "eps bound", "cells"]  # fmt: skip
+    header = ["model", "technique", "trainable", "dataset", "epoch", "step", "attack", "access", "AUC", "95% CI",
+              "CI over", "seeds", "runs", "TPR@1%FPR", "val NLL", "eps spent", "eps bound", "cells"]  # fmt: skip
     body = [
         [link(r["model"], f"{root}models/{slug(r['model'])}.html"),
-         link(r["technique"], f"{root}techniques/{slug(r['technique'])}.html"), r["dataset"], r["epoch"],
-         r["attack"], r["access"], _f(r["auc"]), f"[{_f(r['auc_ci_low'])}, {_f(r['auc_ci_high'])}]", r["ci_over"],
-         r["seeds"], r["runs"], _f(r["tpr_at_1pct_fpr"]), _f(r["utility_loss"]), _f(r["epsilon"]),
-         _f(r["eps_lower"]),
+         link(r["technique"], f"{root}techniques/{slug(r['technique'])}.html"), _fraction(r), r["dataset"],
+         r["epoch"], r["step"], r["attack"], r["access"], _f(r["auc"]),
+         f"[{_f(r['auc_ci_low'])}, {_f(r['auc_ci_high'])}]", r["ci_over"], r["seeds"],
+         r["runs"] if r["replicas_agree"] else f"{r['runs']} (replicas differ)", _f(r["tpr_at_1pct_fpr"]),
+         _f(r["utility_loss"]), _f(r["epsilon"]), _bound(r),
          Raw(" ".join(link(c.split("__")[3], f"{root}cells/{c}.html") for c in r["cells"].split())) ]
         for r in sorted(rows, key=lambda r: -r["auc"])
     ]  # fmt: skip
     return table(header, body)
 
 
-def _grouped(rows: list[dict[str, Any]], column: str, root: str, cells: list[dict[str, Any]]) -> str:
+def _grouped(rows: list[dict[str, Any]], column: str, root: str, cells: list[dict[str, Any]],
+             spans: dict[str, tuple[float, float]]) -> str:  # fmt: skip
     last = [r for r in rows if r["last"]]
-    parts = [f"<p>{len({r['setting'] for r in rows})} settings, {len(rows)} rows.</p>"]
+    trainable = (
+        f" Trainable fraction: {fraction_of(spans, rows[0]['technique'])}." if column == "technique" else ""
+    )
+    parts = [f"<p>{len({r['setting'] for r in rows})} settings, {len(rows)} rows.{trainable}</p>"]
     if cells:
         parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(cells), "privacy-utility"))
     parts.append("<h2>At each setting's last checkpoint</h2>" + settings_table(last, root))
@@ -83,17 +107,14 @@ def _grouped(rows: list[dict[str, Any]], column: str, root: str, cells: list[dic
     return "".join(parts)
 
 
-def overview(settings: list[dict[str, Any]], cells: list[dict[str, Any]], counts: dict[str, int]) -> str:
+def overview(
+    settings: list[dict[str, Any]], cells: list[dict[str, Any]], counts: dict[str, int], ranked: str
+) -> str:
     parts = [f"<p>{counts['records']} records from {counts['runs']} runs: {counts['cells']} cells, "
              f"{counts['settings']} settings, {counts['rows']} setting rows. Downloads: "
              + " · ".join(f'<a href="{n}">{n}</a>' for n in ("settings.parquet", "settings.csv", "leaderboard.parquet", "leaderboard.csv"))
              + "</p>"]  # fmt: skip
-    ranks = [
-        [i + 1, link(t, f"techniques/{slug(t)}.html"), f"{auc:.3f}"]
-        for i, (t, auc) in enumerate(ranking(settings))
-    ]
-    parts.append("<h2>Techniques</h2><p>Mean AUC over every attack on the model (not the model-free control) at each setting's last checkpoint, riskiest first.</p>"
-                 + table(["rank", "technique", "mean AUC"], ranks))  # fmt: skip
+    parts.append(ranked)
     models = defaultdict(set)
     for r in settings:
         models[r["model"]].add(r["setting"])
@@ -123,23 +144,28 @@ def overview(settings: list[dict[str, Any]], cells: list[dict[str, Any]], counts
     return "".join(parts)
 
 
-def cell_page(cell_id: str, records: list[dict[str, Any]]) -> str:
-    parts = [f"<p>{len(records)} records ({len({r['run'] for r in records})} runs).</p>"]
-    for r in sorted(records, key=lambda r: (r["epoch"] or 0, r["run"])):
+def cell_page(cell_id: str, records: list[dict[str, Any]], agree: bool) -> str:
+    runs = sorted({r["run"] for r in records})
+    replicas = (f" The runs are replicas: the board's intervals and bounds are run {runs[0][:8]}'s (the run id "
+                f"that sorts first); their AUCs {'agree' if agree else '<b>differ</b>'}.") if len(runs) > 1 else ""  # fmt: skip
+    parts = [f"<p>{len(records)} records ({len(runs)} runs).{replicas}</p>"]
+    for r in sorted(records, key=lambda r: (r["step"] or 0, r["run"])):
         p = r["provenance"]
         facts = [["record", r["key"]], ["run", r["run"]], ["epoch", r["epoch"]], ["step", r["step"]],
                  ["setting", r["setting"]], ["supersedes", ", ".join(r["supersedes"]) or None],
                  ["adapter hash", p["adaptation_hash"]], ["split", json.dumps(p["split"], sort_keys=True)],
                  ["versions", json.dumps(p["versions"], sort_keys=True)], ["hardware", json.dumps(p["hardware"], sort_keys=True)],
                  ["train", json.dumps(p["train"], sort_keys=True)], ["timings (s)", json.dumps(p["timings"], sort_keys=True)],
-                 ["defence", json.dumps(p["defence"], sort_keys=True)]]  # fmt: skip
+                 ["defence", json.dumps(p["defence"], sort_keys=True)], ["record schema", r["schema_version"]],
+                 ["trainable fraction", fraction_text(None if r["trainable_fraction"] is None else (r["trainable_fraction"],) * 2)]]  # fmt: skip
         parts.append(
-            f'<h2 id="{r["key"]}">epoch {r["epoch"]}, run {r["run"][:8]}</h2>'
+            f'<h2 id="{r["key"]}">step {r["step"]} (epoch {r["epoch"]}), run {r["run"][:8]}</h2>'
             + table(["", ""], facts, sortable=False)
         )
-        metrics = [[a, _f(m["auc"]), f"[{_f(m['auc_ci_low'])}, {_f(m['auc_ci_high'])}]", _f(m["tpr_at_1pct_fpr"]),
-                    _f(m["eps_lower"]), _f(m["eps_ceiling"])] for a, m in sorted(r["attacks"].items())]  # fmt: skip
-        parts.append(table(["attack", "AUC", "95% CI", "TPR@1%FPR", "eps bound", "bound ceiling"], metrics))
+        metrics = [[a, _f(m["auc"]), f"[{_f(m['auc_ci_low'])}, {_f(m['auc_ci_high'])}]", tpr_text(m, "tpr_at_1pct_fpr"),
+                    tpr_text(m, "tpr_at_0fp"), _f(m["eps_lower"]), _f(m["eps_ceiling"])] for a, m in sorted(r["attacks"].items())]  # fmt: skip
+        parts.append(table(["attack", "AUC", "95% CI", "TPR@1%FPR [95% CI]", "TPR at 0 FP of N", "eps bound",
+                            "bound ceiling"], metrics))  # fmt: skip
     spec = json.dumps(records[0]["provenance"]["spec"], indent=1, sort_keys=True)
     return "".join(parts) + f"<h2>Resolved spec</h2><pre>{html.escape(spec)}</pre>"
 
@@ -157,9 +183,7 @@ def history_page(store: Store, now: dict[str, Any]) -> str:
         since = f"since {before['name']}" if before else "first"
         parts.append(f"<h2>{html.escape(name)}</h2><p>{since}: {c['records']} new records, {len(c['new'])} new rows, "
                      f"{len(c['moved'])} rows moved, {len(c['gone'])} rows gone, {len(c['superseded'])} records superseded.</p>")  # fmt: skip
-        if c["ranks"]:
-            parts.append("<h3>Rankings moved</h3>" + table(["technique", "rank before", "rank now", "mean AUC"],
-                         [[t, old, new, f"{auc:.3f}"] for t, old, new, auc in c["ranks"]]))  # fmt: skip
+        parts.append(moves_html(c["ranks"]))
         if c["new"]:
             parts.append("<h3>New rows</h3>" + _rows(c["new"]))
         if c["moved"]:
@@ -177,8 +201,9 @@ def _rows(rows: list[dict[str, Any]]) -> str:
                  [[r["model"], r["technique"], r["dataset"], r["epoch"], r["attack"], _f(r["auc"]), r["n_seeds"]] for r in rows])  # fmt: skip
 
 
-def build(location: str | Path, out: str | Path) -> dict[str, Any]:
-    """Validate the store and write the site to ``out``; returns the board's summary."""
+def build(location: str | Path, out: str | Path, hypothesis: str | None = None) -> dict[str, Any]:
+    """Validate the store and write the site to ``out``; returns the board's summary. ``hypothesis``: a
+    sweep (file or shipped name) whose ``hypothesis`` block Page's test checks on the ranking."""
     store = Store(location)
     records = valid_records(store)
     if not records:
@@ -186,28 +211,36 @@ def build(location: str | Path, out: str | Path) -> dict[str, Any]:
     out = Path(out).resolve()
     if out.exists() and not (out / MARKER).is_file():
         raise PrivauditorError(f"--out {out} exists and is not an earlier board site: not overwriting it")
+    claim, sweep = load_hypothesis(hypothesis) if hypothesis else (None, "")
     cells = cell_rows(records)
     settings = setting_rows(cells)
-    now = summary(store, records, settings)
+    found, tested = rank(cells, claim)
+    now = summary(store, records, settings, found)
+    spans = fractions(records)
+    registration = registration_of(claim, sweep, records) if claim else None
+    ranked = section(found, block_values(cells), spans, claim, tested, registration, sweep)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     write(tmp, cells)
     _tables(tmp, settings)
-    pages = {"index.html": page("privauditor board", overview(settings, cells, now["counts"])),
+    if found is not None:
+        diagram(found, tmp / CD_PICTURE, diagram_title(found))
+    pages = {"index.html": page("privauditor board", overview(settings, cells, now["counts"], ranked)),
              "history.html": page("privauditor board: history", history_page(store, now))}  # fmt: skip
     for column, folder in (("model", "models"), ("technique", "techniques")):
         for value in sorted({r[column] for r in settings}):
             rows = [r for r in settings if r[column] == value]
             chosen = [c for c in cells if c["setting"] in {r["setting"] for r in rows}]
             pages[f"{folder}/{slug(value)}.html"] = page(
-                f"{column} {value}", _grouped(rows, column, "../", chosen), "../"
+                f"{column} {value}", _grouped(rows, column, "../", chosen, spans), "../"
             )
     by_cell = defaultdict(list)
     for r in records:
         by_cell[r["cell_id"]].append(r)
-    for cell_id, found in by_cell.items():
-        pages[f"cells/{cell_id}.html"] = page(f"cell {cell_id}", cell_page(cell_id, found), "../")
+    for cell_id, kept in by_cell.items():
+        agree = all(c["replicas_agree"] for c in cells if c["cell_id"] == cell_id)
+        pages[f"cells/{cell_id}.html"] = page(f"cell {cell_id}", cell_page(cell_id, kept, agree), "../")
     for name, text in pages.items():
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp / name).write_text(text)
@@ -230,23 +263,25 @@ def _tables(folder: Path, settings: list[dict[str, Any]]) -> None:
     table_ = pa.Table.from_pylist(settings, schema=_schema())
     pq.write_table(table_, folder / "settings.parquet")
     pacsv.write_csv(table_, folder / "settings.csv")
+    columns = ["model", "technique", "dataset", "defence", "epsilon_target", "epoch", "step", "last", "attack",
+               "access", "n_seeds", "seeds"]  # fmt: skip
     body = [
-        [r[c] for c in SETTING_COLUMNS[1:12]] + [_f(r["auc"]), _f(r["auc_ci_low"]), _f(r["auc_ci_high"])]
-        for r in settings
+        [r[c] for c in columns] + [_f(r["auc"]), _f(r["auc_ci_low"]), _f(r["auc_ci_high"])] for r in settings
     ]
     (folder / "settings.md").write_text(
-        "# Board: setting rows\n\n"
-        + _markdown(SETTING_COLUMNS[1:12] + ["auc", "auc_ci_low", "auc_ci_high"], body)
-        + "\n"
+        "# Board: setting rows\n\n" + _markdown([*columns, "auc", "auc_ci_low", "auc_ci_high"], body) + "\n"
     )
 
 
 def _schema():
     import pyarrow as pa
 
-    ints = ("epoch", "n_seeds", "runs", "n_members", "n_nonmembers", "trainable_params")
-    types = dict.fromkeys(ints, pa.int64()) | {"last": pa.bool_(), "dp_violation": pa.bool_()}
-    floats = ("epsilon_target", "auc", "auc_std", "auc_ci_low", "auc_ci_high", "tpr_at_0.1pct_fpr",
-              "tpr_at_1pct_fpr", "utility_loss", "epsilon", "eps_lower", "eps_ceiling", "train_seconds")  # fmt: skip
+    ints = ("step", "n_seeds", "runs", "n_members", "n_nonmembers", "trainable_params", "eps_bounded")
+    types = dict.fromkeys(ints, pa.int64()) | dict.fromkeys(
+        ("last", "dp_violation", "replicas_agree"), pa.bool_()
+    )
+    floats = ("epsilon_target", "epoch", "auc", "auc_std", "auc_ci_low", "auc_ci_high", "tpr_at_0.1pct_fpr",
+              "tpr_at_1pct_fpr", "utility_loss", "epsilon", "eps_lower", "eps_ceiling", "trainable_fraction",
+              "train_seconds")  # fmt: skip
     types |= dict.fromkeys(floats, pa.float64())
     return pa.schema([(c, types.get(c, pa.string())) for c in SETTING_COLUMNS])

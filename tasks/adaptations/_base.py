@@ -38,6 +38,10 @@ class Adaptation:
     trains: ClassVar[bool] = True
     #: The model reads member records in its context instead (see ``icl``).
     in_context: ClassVar[bool] = False
+    #: Applied with nothing trained, the model is the base itself, logit for logit (zero-initialised
+    #: updates, ones-initialised scales, the base's own weights): its step-0 checkpoint is scored as the
+    #: base, from the split's shared views (``tests/test_adaptations.py`` checks the logits bit for bit).
+    starts_as_base: ClassVar[bool] = False
 
     def default_lr_for(self, family: str) -> float:
         """The default learning rate on ``family`` (the class default unless a technique says otherwise)."""

@@ -135,6 +135,7 @@ class BottleneckAdaptation(Adaptation):
     # adaptation_table.py measures every pair); paper-scale sweeps set 3e-4.
     default_lr: ClassVar[float] = 1e-2
     default_epochs: ClassVar[int] = 3  # LLM-Adapters' 3 epochs
+    starts_as_base: ClassVar[bool] = True  # the up-projection starts at zero
 
     def __post_init__(self) -> None:
         for field, value, known in (

@@ -15,6 +15,7 @@ class FullFineTuningAdaptation(Adaptation):
     """All weights trainable; saved whole as safetensors (tied weights once)."""
 
     name = "full"
+    starts_as_base = True
     # Tiny bases were pre-trained at 1e-2; a tenth of that adapts them within a few epochs without
     # wiping out pre-training. Billion-parameter models use ~1e-5 (set it in the sweep).
     default_lr = 1e-3

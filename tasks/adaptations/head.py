@@ -25,6 +25,7 @@ class HeadOnlyAdaptation(Adaptation):
     part: str = "lm_head"  # what is trained: the output projection, or the last transformer block
 
     name = "head"
+    starts_as_base = True
     default_lr = 1e-3
     default_epochs = 3
 

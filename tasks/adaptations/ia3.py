@@ -16,6 +16,7 @@ class IA3Adaptation(PeftAdaptation):
     """Scaling vectors on the key and value projections and on the MLP output projection's input."""
 
     name = "ia3"
+    starts_as_base = True
     paper = "https://arxiv.org/abs/2205.05638"
     # The paper uses 3e-3; scaling vectors start at 1 and need large steps to matter on tiny bases
     # (tiny-bloom on finance, 3 epochs: the loss fell 0.09 nats at 1e-2, 0.17 at 3e-2).

@@ -21,6 +21,7 @@ class LlamaAdapterAdaptation(PeftAdaptation):
     adapter_layers: int | None = None  # the paper adapts the top 30 of 32 layers; None = every layer
 
     name = "llama_adapter"
+    starts_as_base = True
     paper = "https://arxiv.org/abs/2303.16199"
     families = ("llama",)
     prompt_learning = True

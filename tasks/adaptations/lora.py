@@ -43,6 +43,7 @@ class LoRAAdaptation(PeftAdaptation):
     target_modules: tuple[str, ...] | None = None  # explicit module-name suffixes; overrides `targets`
 
     name = "lora"
+    starts_as_base = True
     paper = "https://arxiv.org/abs/2106.09685"
     # LLM-Adapters trains LoRA at 3e-4 for 3 epochs on 7B models (paper.yaml); see the module docstring.
     default_lr = 1e-2

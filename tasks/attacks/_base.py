@@ -74,13 +74,13 @@ class Attack:
             for view in self.views().values()
         )
 
-    def runs_at(self, epoch: int, last: int, best: int) -> bool:
-        """Whether the attack runs at checkpoint ``epoch`` of a trajectory whose last and best (lowest
-        validation NLL) checkpoints are ``last`` and ``best``: a cheap one at every checkpoint, another at
-        the last and the best, one whose ``checkpoints`` is ``"last"`` at the last alone."""
+    def runs_at(self, step: int, last: int, best: int) -> bool:
+        """Whether the attack runs at the checkpoint of ``step`` in a trajectory whose last and best (lowest
+        validation NLL) checkpoints are at steps ``last`` and ``best``: a cheap one at every checkpoint,
+        another at the last and the best, one whose ``checkpoints`` is ``"last"`` at the last alone."""
         if self.checkpoints == "last":
-            return epoch == last
-        return epoch in (last, best) or self.cheap
+            return step == last
+        return step in (last, best) or self.cheap
 
     def cost(self) -> Cost:
         """Passes per scored text, summed over the views it reads (views attacks share are paid once)."""

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ class LoadedDataset:
     examples: tuple[Example, ...]
     report: LoadReport
     sha256: str
+    #: records no split draws from (an offline dataset's reserved pool; empty for hub and local data)
+    reserved: tuple[Example, ...] = ()
 
 
 def _plugin_for_hub_id(name: str) -> type[DatasetPlugin] | None:
@@ -80,7 +83,9 @@ def load_dataset(
     """Load and render a dataset by plugin name, real dataset id or local path (see module doc).
 
     ``seed`` and ``size`` apply to offline generation only (the records, not the split: splits are
-    drawn by :mod:`privauditor.tasks.splits`).
+    drawn by :mod:`privauditor.tasks.splits`). An offline dataset also generates its plugin's
+    ``reserved_size`` records after the ``size``: its ``reserved`` pool, outside ``examples`` and so outside
+    every split.
     """
     plugin_cls = DATASETS.get(schema) if schema else None
     if plugin_cls is None and name in DATASETS:
@@ -136,8 +141,13 @@ def _offline(name: str, seed: int, size: int | None, max_chars: int) -> LoadedDa
     """An offline dataset, generated once per process (a fifth of a second for 3,000 records, paid by
     every cell otherwise); deterministic in its arguments and immutable, so sharing it is safe."""
     plugin = DATASETS.get(name)()
-    rows = [(f"id {r['id']}", r) for r in plugin.generate(size or plugin.offline_size, seed)]
-    return _finish(name, f"offline {name} (seed {seed})", rows, plugin, max_chars)
+    pool = size or plugin.offline_size
+    # one generation of pool + reserved records: the pool's records are those a pool-sized run makes
+    generated = [(f"id {r['id']}", r) for r in plugin.generate(pool + plugin.reserved_size, seed)]
+    data = _finish(name, f"offline {name} (seed {seed})", generated[:pool], plugin, max_chars)
+    reserved, _ = build_examples(generated[pool:], plugin, f"reserved {name} (seed {seed})", max_chars)
+    texts = {e.text for e in data.examples}
+    return dataclasses.replace(data, reserved=tuple(e for e in reserved if e.text not in texts))
 
 
 def _finish(name, source, rows, plugin, max_chars) -> LoadedDataset:

@@ -86,6 +86,9 @@ class DatasetPlugin:
     column_map: ClassVar[Mapping[str, str]] = {}
     #: Records the offline generator makes by default.
     offline_size: ClassVar[int] = 3000
+    #: Records it makes after those for the reserved pool, which no split draws from: learning rates are
+    #: chosen on them (``benchmarks/learning_rates.py``: 64 members and 32 validation records per dataset)
+    reserved_size: ClassVar[int] = 256
 
     def render_target(self, record: Mapping[str, str]) -> str:
         """The record-specific text that is trained on and scored."""

@@ -1,0 +1,159 @@
+"""The "Answer" that opens ``findings.md``: which techniques leak more, and the tests that support it.
+
+It reads one view (the sweep hypothesis's checkpoint, else each cell's last) under one attack, ranks the
+techniques over the complete (model, dataset) blocks (:mod:`.battery`), and says in at most 40 lines:
+the ranking with trainable fractions and bootstrap intervals of the mean ranks; Friedman's test; the
+pairwise Wilcoxon–Holm family and its critical-difference diagram; the one confirmatory test (Page's L of
+the sweep's class order) and whether it was pre-registered; per adjacent pair of classes a random-effects
+meta-analysis over blocks of the paired DeLong difference (Hartung–Knapp interval, τ², Holm over the
+pairs) for "how much more"; and in plain words what is established and what is not. Units are blocks:
+every statement is conditional on these models and datasets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import blocks as blk
+from . import ranking
+from .battery import ALPHA, Battery, diagram
+
+
+def _p(value: float) -> str:
+    return f"{value:.2g}"
+
+
+def class_effects(out: Path, found: Battery, picked: dict, hypothesis: Any) -> list[dict[str, Any]]:
+    """Per adjacent pair of the hypothesis's classes (lower, higher): the random-effects pooled paired
+    DeLong difference ``mean AUC(higher) - mean AUC(lower)`` over the battery's blocks, Holm over pairs."""
+    from statsmodels.stats.multitest import multipletests
+
+    order, classes = hypothesis.order, {n: c for n, c in hypothesis.classes.items() if n in found.names}
+    effects = []
+    for low, high in zip(order, order[1:], strict=False):
+        per_block, skipped = [], 0
+        for block in found.blocks:
+            seeds = [
+                s for s in picked[block][found.names[0]] if all(s in picked[block][n] for n in found.names)
+            ]
+            runs = [blk.contrast(out, [picked[block][n][s] for n in found.names if classes.get(n) == high],
+                                 [picked[block][n][s] for n in found.names if classes.get(n) == low])
+                    for s in seeds]  # fmt: skip
+            if not runs or any(r is None or r[1] <= 0 for r in runs):
+                skipped += 1
+                continue
+            per_block.append((np.mean([r[0] for r in runs]), sum(r[1] for r in runs) / len(runs) ** 2))
+        if per_block:
+            pooled = ranking.random_effects([e for e, _ in per_block], [v for _, v in per_block])
+            effects.append({"low": low, "high": high, "skipped": skipped, **pooled})
+    if effects:
+        _, adjusted, _, _ = multipletests([e["p_value"] for e in effects], alpha=ALPHA, method="holm")
+        for effect, p in zip(effects, adjusted, strict=True):
+            effect["p_holm"] = float(p)
+    return effects
+
+
+def answer(out: Path, found: Battery | None, context: dict[str, Any]) -> list[str]:
+    """The Answer section. ``context``: attack, view, seeds (per block), fractions, hypothesis,
+    registration, page (the hypothesis's own battery when its attack or view differ), picked rows."""
+    attack, view = context["attack"], context["view"]
+    where = "each cell's last checkpoint" if view == "last" else "each cell's best-validation checkpoint"
+    lines = ["## Answer", ""]
+    if found is None:
+        return lines + [
+            f"No two techniques share a (model, dataset) block under `{attack}`: nothing to rank.",
+            "",
+        ]
+    n, k = len(found.blocks), len(found.names)
+    low, high = min(context["seeds"]), max(context["seeds"])
+    seeds = f"{low} seed{'s' if high > 1 else ''}" if low == high else f"{low}-{high} seeds"
+    lines += [f"Which techniques leak more under `{attack}`, at {where}: {n} complete (model, dataset) blocks, "
+              f"{seeds} each, averaged within a block; {k} techniques ranked (`none`, the un-adapted base, is "
+              "a control: see Controls).", ""]  # fmt: skip
+    hypothesis = context.get("hypothesis")
+    classes = hypothesis.classes if hypothesis else {}
+    header = ["rank", "technique", *(["class"] if hypothesis else []), "trainable", "mean AUC",
+              "mean rank [95 % CI over blocks]"]  # fmt: skip
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for i, name in enumerate(found.names, 1):
+        low, high = found.rank_ci[name]
+        cells = [i, name, *([classes.get(name, "-")] if hypothesis else []),
+                 blk.fraction_text(context["fractions"].get(name)), f"{found.mean_auc[name]:.3f}",
+                 f"{found.mean_rank[name]:.1f} [{low:.1f}, {high:.1f}]"]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines.append("")
+    established, suggested, not_established = [], [], []
+    if found.friedman:
+        f = found.friedman
+        lines.append(
+            f"- **Do they differ at all?** Friedman χ²({f['df']}) = {f['statistic']:.1f}, p = {_p(f['p_value'])}."
+        )
+        (established if f["p_value"] <= ALPHA else not_established).append(
+            "that the techniques differ (Friedman)"
+        )
+    picture = f"plots/cd_{attack}_{view}.png"
+    diagram(
+        found, Path(out) / picture, f"{attack}, {view} checkpoint: mean rank over {n} blocks (1 = leakiest)"
+    )
+    pairs = found.significant
+    shown = ", ".join(f"{p['a']} {'>' if p['median_difference'] > 0 else '<'} {p['b']}" for p in pairs[:4])
+    lines.append(f"- **Which pairs?** Wilcoxon signed-rank over the {n} blocks, Holm over all {len(found.pairs)} "
+                 f"pairs: {len(pairs)} significant at {ALPHA}{': ' + shown if shown else ''}"
+                 f"{' …' if len(pairs) > 4 else ''} (the smallest p {n} blocks allow is {found.smallest_p:.3g}). "
+                 f"Diagram: `{picture}` (bars join techniques no test separates; Nemenyi CD {found.cd:.1f} ranks).")  # fmt: skip
+    if pairs:
+        established.append(f"{len(pairs)} pairwise difference(s) ({shown}{' …' if len(pairs) > 4 else ''})")
+    else:
+        not_established.append("any single pair of techniques (Wilcoxon–Holm)")
+    lines.append(f"  ![critical differences]({picture})")
+    if hypothesis is not None:
+        lines += _confirmatory(context, established, suggested, not_established)
+        effects = class_effects(out, found, context["picked"], hypothesis)
+        if effects:
+            lines.append("- **How much more?** Random-effects meta-analysis over blocks of the paired DeLong "
+                         "difference of class mean AUCs (Hartung–Knapp 95 % CI, τ², Holm over the pairs):")  # fmt: skip
+            for e in effects:
+                skipped = f"; {e['skipped']} block(s) without per-sample scores" if e["skipped"] else ""
+                tau = "-" if e["tau2"] is None else f"{e['tau2']:.2g}"
+                lines.append(f"  {e['high']} − {e['low']}: {e['estimate']:+.3f} [{e['ci_low']:+.3f}, {e['ci_high']:+.3f}], "
+                             f"τ² = {tau}, p (Holm) = {_p(e['p_holm'])}, {e['k']} blocks{skipped}")  # fmt: skip
+                text = f"{e['high']} leaks more than {e['low']}, by {e['estimate']:.3f} AUC [{e['ci_low']:.3f}, {e['ci_high']:.3f}]"
+                (established if e["p_holm"] <= ALPHA else not_established).append(
+                    text if e["p_holm"] <= ALPHA else f"a difference between {e['high']} and {e['low']}"
+                )
+    for name, p in sorted(found.partial.items()):
+        lines.append(f"- **Partial**: `{name}` is in {p['blocks']} of the blocks; there it ranks {p['mean_rank']:.1f} "
+                     f"of {p['k']} on average (mean AUC {p['mean_auc']:.3f}); no test over so few blocks.")  # fmt: skip
+    lines.append("- **In plain words.** Established (α = 0.05, blocks as units): "
+                 + ("; ".join(established) or "nothing") + ". "
+                 + (f"Suggested, not established: {'; '.join(suggested)}. " if suggested else "")
+                 + "Not established: " + ("; ".join(not_established) or "-") + ".")  # fmt: skip
+    lines += ["- These tests treat blocks as the units, so they hold for these models and datasets only (see "
+              "the Caveat); every other test on this page is exploratory.", ""]  # fmt: skip
+    return lines
+
+
+def _confirmatory(
+    context: dict[str, Any], established: list, suggested: list, not_established: list
+) -> list[str]:
+    hypothesis, registration, page = context["hypothesis"], context["registration"], context["page"]
+    order = " < ".join(hypothesis.order)
+    head = (f"- **Confirmatory test**: the sweep's class order {order} (`{hypothesis.attack}`, "
+            f"{hypothesis.checkpoint} checkpoint), Page's L")  # fmt: skip
+    if page is None or page.page is None:
+        return [f"{head}: not run ({page.page_problem if page else 'no complete block'})."]
+    result = page.page
+    status = "**pre-registered**" if registration.confirmatory else "**exploratory**"
+    line = (f"{head} = {result['L']:.1f}, p = {_p(result['p_value'])} ({result['method']}, "
+            f"{result['n_blocks']} blocks). {status}: {registration.reason}.")  # fmt: skip
+    text = f"the class order {order} (Page, p = {_p(result['p_value'])})"
+    if result["p_value"] > ALPHA:
+        not_established.append(f"the class order {order} (Page)")
+    elif registration.confirmatory:
+        established.append(text)
+    else:
+        suggested.append(text + ", exploratory")
+    return [line]

@@ -1,0 +1,145 @@
+"""Blocks of a results folder: what ``findings.md`` ranks, and the per-sample reads it needs.
+
+A **block** is one (model, dataset) pair. Inside it each technique has one trajectory per training seed
+(its rows of one attack, by step); a **view** picks one AUC per (technique, seed): each cell's ``last``
+checkpoint, its ``best`` (lowest validation NLL), or the AUC at a matched utility level
+(:mod:`privauditor.orchestrator.matched`). A technique's value in a block is the mean over its seeds
+(seeds are replicates of the block, not blocks). ``none``, the un-adapted base, is the control: it is
+reported, never ranked.
+
+Paired per-sample reads: techniques of one (block, seed) share their split, so their scores align by
+sample id; :func:`contrast` turns them into a DeLong difference of two groups' mean AUCs with its
+variance (DeLong et al. 1988; :func:`privauditor.tasks.significance.delong_covariance`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CONTROL = "none"
+VIEWS = ("last", "best")
+
+Block = tuple[str, str]
+
+
+def trajectories(rows: list[dict[str, Any]], attack: str) -> dict[Block, dict[str, dict[int, list[dict]]]]:
+    """block → technique → seed → the undefended rows of ``attack``, one per checkpoint, by step."""
+    found: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for row in rows:
+        if row["attack"] == attack and row["epoch"] is not None and row.get("defence", "none") == "none":
+            found[(row["model"], row["dataset"])][row["adaptation"]][row["seed"]].append(row)
+    for techniques in found.values():
+        for seeds in techniques.values():
+            for points in seeds.values():
+                points.sort(key=lambda r: r["step"])
+    return found
+
+
+def pick(points: list[dict[str, Any]], view: str) -> dict[str, Any]:
+    """The row a view reads from one trajectory: the last checkpoint, or the best (lowest NLL)."""
+    if view == "best":
+        return next((r for r in points if r["best"]), points[-1])
+    return points[-1]
+
+
+def chosen(
+    found: dict[Block, dict[str, dict[int, list[dict]]]], view: str
+) -> dict[Block, dict[str, dict[int, dict]]]:
+    """block → technique → seed → the row ``view`` reads."""
+    return {
+        b: {t: {s: pick(p, view) for s, p in seeds.items()} for t, seeds in ts.items()}
+        for b, ts in found.items()
+    }
+
+
+def values(
+    picked: dict[Block, dict[str, dict[int, Any]]], field: str = "auc"
+) -> dict[Block, dict[str, float]]:
+    """block → technique → the mean over seeds of ``field`` (rows or plain numbers), ``none`` left out."""
+    out: dict[Block, dict[str, float]] = {}
+    for block, techniques in picked.items():
+        out[block] = {}
+        for name, seeds in techniques.items():
+            numbers = [v[field] if isinstance(v, dict) else v for v in seeds.values()]
+            numbers = [n for n in numbers if n is not None]
+            if name != CONTROL and numbers:
+                out[block][name] = float(np.mean(numbers))
+    return out
+
+
+def fractions(rows: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Technique → (lowest, highest) trainable fraction over its cells."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row.get("trainable_fraction") is not None and row.get("defence", "none") == "none":
+            found[row["adaptation"]].append(row["trainable_fraction"])
+    return {name: (min(v), max(v)) for name, v in found.items()}
+
+
+def fraction_text(span: tuple[float, float] | None) -> str:
+    """``36-50 %`` (two significant digits), one figure where both ends print alike."""
+    if span is None:
+        return "-"
+
+    def short(x: float) -> str:
+        p = 100 * x
+        return f"{p:.0f}" if p >= 10 else f"{p:.2g}"
+
+    low, high = short(span[0]), short(span[1])
+    return f"{low} %" if low == high else f"{low}-{high} %"
+
+
+@lru_cache(maxsize=1024)
+def _checkpoint_scores(
+    out: str, cell_id: str, step: int | None, attack: str
+) -> dict[str, tuple[bool, float]] | None:
+    """sample id → (member, score) of ``attack`` at one checkpoint; None where the per-sample file is not
+    at hand (results on an object store keep only summaries in the local stage)."""
+    import pyarrow.parquet as pq
+
+    folder = Path(out) / "cells" / cell_id
+    if not (folder / "cell.json").exists():
+        return None
+    record = json.loads((folder / "cell.json").read_text())
+    path = next((c["path"] for c in record["checkpoints"] if c["step"] == step), None)
+    file = folder / str(path) / "scores.parquet"
+    if path is None or not file.exists():
+        return None
+    table = pq.read_table(file, columns=["sample_id", "member", "score"], filters=[("attack", "=", attack)])
+    found = table.to_pydict()
+    return {s: (m, v) for s, m, v in zip(found["sample_id"], found["member"], found["score"], strict=True)}
+
+
+def scores(out: Path, row: dict[str, Any]) -> dict[str, tuple[bool, float]] | None:
+    """sample id → (member, score) of the row's attack at the row's checkpoint (None: not at hand)."""
+    return _checkpoint_scores(str(out), row["cell_id"], row["step"], row["attack"])
+
+
+def aligned(out: Path, picked: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(member (n,), scores (k, n)) of the rows' checkpoints on their common samples, or None when a
+    file is missing or the rows were scored on different samples."""
+    loaded = [scores(out, row) for row in picked]
+    if any(s is None for s in loaded) or len({frozenset(s) for s in loaded}) != 1:
+        return None
+    ids = sorted(loaded[0])
+    member = np.array([loaded[0][i][0] for i in ids], dtype=bool)
+    return member, np.array([[s[i][1] for i in ids] for s in loaded])
+
+
+def contrast(out: Path, high: list[dict[str, Any]], low: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """DeLong difference ``mean AUC(high) - mean AUC(low)`` of rows of one split, and its variance."""
+    from privauditor.tasks.significance import delong_covariance
+
+    found = aligned(out, [*high, *low])
+    if found is None:
+        return None
+    member, stacked = found
+    weights = np.r_[np.full(len(high), 1 / len(high)), np.full(len(low), -1 / len(low))]
+    aucs, covariance = delong_covariance(member, stacked)
+    return float(weights @ aucs), float(weights @ covariance @ weights)

@@ -1,0 +1,158 @@
+"""The board's ranking of techniques: the battery (:mod:`privauditor.orchestrator.battery`) over blocks.
+
+Like with like: a block is one (model, dataset) pair, and a technique's value in a block is the mean
+over its seeds of the :data:`RANKING_ATTACK` AUC at each cell's last checkpoint (by step), undefended
+settings only (a defended technique such as ``lora+dp-e8`` is a different question, on its own pages);
+where a technique has several settings in one block (two sweeps with different splits or learning
+rates), the mean of their seed means. ``none``, the un-adapted base, is the control and is never
+ranked. :func:`privauditor.orchestrator.battery.run` ranks only the techniques present in every block
+(the others are *partial*, each compared within the blocks it shares) and runs Friedman's test, the
+Wilcoxon–Holm pairs, Nemenyi's CD and, with a sweep's hypothesis, Page's L.
+
+Between two releases a technique's change of place is news only where the newer battery separates it
+from a technique it swapped places with (a significant Wilcoxon–Holm pair); any other change of order
+is within the noise (:func:`moves`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from privauditor.orchestrator import battery
+from privauditor.orchestrator import blocks as blk
+from privauditor.orchestrator.summary import technique
+
+from .merge import live
+
+#: the attack the board ranks by: ``loss`` (Yeom et al. 2018), the one every other attack of the
+#: benchmark refines (reference, neighbourhood and token-level attacks all rescale a loss), available on
+#: every model, and the one ``findings.md`` ranks by by default
+#: (:data:`privauditor.orchestrator.findings.PRIMARY_ATTACK`)
+RANKING_ATTACK = "loss"
+VIEW = "last"
+
+
+def block_values(
+    cells: list[dict[str, Any]], attack: str = RANKING_ATTACK, view: str = VIEW
+) -> dict[blk.Block, dict[str, float]]:
+    """block → technique → the mean over its settings of the mean over seeds of ``attack``'s AUC at the
+    checkpoint ``view`` picks (``last``, or ``best``: lowest validation NLL) of each cell row trajectory;
+    blocks with no technique but the control are left out."""
+    trajectories: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for row in cells:
+        if row["attack"] == attack and row["defence"] == "none" and row["step"] is not None:
+            block = (row["model"], row["dataset"])
+            trajectories[(block, row["adaptation"], row["setting"], row["seed"])].append(row)
+    by_setting: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (block, name, setting, _), points in trajectories.items():
+        row = blk.pick(sorted(points, key=lambda r: r["step"]), view)
+        by_setting[(block, name)][setting].append(row["auc"])
+    picked: dict[blk.Block, dict[str, dict[str, float]]] = defaultdict(dict)
+    for (block, name), settings in by_setting.items():
+        picked[block][name] = {s: sum(v) / len(v) for s, v in settings.items()}
+    return {b: v for b, v in sorted(blk.values(picked).items()) if v}
+
+
+def rank(
+    cells: list[dict[str, Any]], hypothesis: Any = None
+) -> tuple[battery.Battery | None, battery.Battery | None]:
+    """The board's battery, and the one Page's test of ``hypothesis`` runs on (the same battery where
+    the hypothesis names the ranking attack and the last checkpoint; None without a hypothesis)."""
+    own = hypothesis is not None and (hypothesis.attack, hypothesis.checkpoint) == (RANKING_ATTACK, VIEW)
+    main = battery.run(block_values(cells), hypothesis if own else None)
+    if hypothesis is None or own:
+        return main, main if own else None
+    return main, battery.run(block_values(cells, hypothesis.attack, hypothesis.checkpoint), hypothesis)
+
+
+def fractions(records: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Technique (``lora``, ``lora+dp-e8``) → (lowest, highest) trainable fraction over its live records."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for record in live(records):
+        if record.get("trainable_fraction") is not None:
+            found[technique(record)].append(record["trainable_fraction"])
+    return {name: (min(v), max(v)) for name, v in sorted(found.items())}
+
+
+def fraction_of(spans: dict[str, tuple[float, float]], name: str) -> str:
+    return blk.fraction_text(spans.get(name))
+
+
+def summary_of(found: battery.Battery | None) -> dict[str, Any] | None:
+    """What a release manifest keeps of the battery: enough to tell a significant move from noise."""
+    if found is None:
+        return None
+    return {"attack": RANKING_ATTACK, "view": VIEW, "blocks": [list(b) for b in found.blocks],
+            "names": list(found.names), "mean_rank": dict(found.mean_rank), "mean_auc": dict(found.mean_auc),
+            "significant": sorted(sorted((p["a"], p["b"])) for p in found.significant),
+            "partial": sorted(found.partial)}  # fmt: skip
+
+
+def _order(ranking: Any) -> list[str]:
+    """The ranked names of a summary's ``ranking``: the battery's, or a pre-battery release's list of
+    ``[technique, mean AUC]`` pairs."""
+    if not ranking:
+        return []
+    if isinstance(ranking, list):
+        return [name for name, _ in ranking]
+    return list(ranking["names"])
+
+
+def moves(before: Any, after: Any) -> dict[str, list]:
+    """How the ranking changed from ``before`` to ``after`` (summaries' ``ranking`` entries).
+
+    Returns:
+        ``moved``: per technique that swapped places with one the newer battery separates it from (a
+        significant Wilcoxon–Holm pair of ``after``), its places before and now, its mean rank and AUC
+        now and those techniques; ``noise``: techniques that swapped places only with techniques no
+        test separates them from (the order within the noise); ``entered`` and ``left``: techniques
+        ranked in only one of the two.
+    """
+    old, new = _order(before), _order(after)
+    separated = {frozenset(p) for p in after.get("significant", [])} if isinstance(after, dict) else set()
+    moved, noise = [], []
+    for name in new:
+        if name not in old:
+            continue
+        swapped = [
+            other
+            for other in new
+            if other != name
+            and other in old
+            and (old.index(name) < old.index(other)) != (new.index(name) < new.index(other))
+        ]
+        firm = [other for other in swapped if frozenset((name, other)) in separated]
+        if firm:
+            moved.append({"technique": name, "before": old.index(name) + 1, "now": new.index(name) + 1,
+                          "mean_rank": after["mean_rank"][name], "mean_auc": after["mean_auc"][name],
+                          "separated_from": firm})  # fmt: skip
+        elif swapped:
+            noise.append(name)
+    return {"moved": moved, "noise": noise, "entered": [n for n in new if n not in old],
+            "left": [n for n in old if n not in new]}  # fmt: skip
+
+
+def load_hypothesis(sweep: str) -> tuple[Any, str]:
+    """The ``hypothesis`` block of a sweep file (a path, or a shipped sweep's name) and the sweep's name."""
+    from privauditor.orchestrator.hypothesis import parse
+    from privauditor.orchestrator.sweep import find_sweep
+    from privauditor.tasks.errors import PrivauditorError
+    from privauditor.tasks.settings import load_yaml
+
+    path = find_sweep(sweep)
+    data = load_yaml(path.read_text())
+    if not isinstance(data, dict) or not data.get("hypothesis"):
+        raise PrivauditorError(f"--hypothesis {sweep}: {path} has no hypothesis block")
+    return parse(data["hypothesis"]), str(data.get("name") or path.stem)
+
+
+def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]]) -> Any:
+    """Whether ``hypothesis`` was pre-registered for the runs the live records came from: their code
+    revisions (``provenance.versions.privauditor_git``) and seeds."""
+    from privauditor.orchestrator.hypothesis import registration
+
+    kept = live(records)
+    revisions = {(r["provenance"]["versions"] or {}).get("privauditor_git") for r in kept}
+    seeds = {r["seed"] for r in kept if r["seed"] is not None}
+    return registration(hypothesis, sweep, revisions, seeds)
