@@ -34,14 +34,21 @@ def class_effects(out: Path, found: Battery, picked: dict, hypothesis: Any) -> l
     order, classes = hypothesis.order, {n: c for n, c in hypothesis.classes.items() if n in found.names}
     effects = []
     for low, high in zip(order, order[1:], strict=False):
+        if not {low, high} <= set(classes.values()):
+            continue  # a class with no ranked technique: nothing to compare (the Page line says why)
         per_block, skipped = [], 0
         for block in found.blocks:
             seeds = [
                 s for s in picked[block][found.names[0]] if all(s in picked[block][n] for n in found.names)
             ]
-            runs = [blk.contrast(out, [picked[block][n][s] for n in found.names if classes.get(n) == high],
-                                 [picked[block][n][s] for n in found.names if classes.get(n) == low])
-                    for s in seeds]  # fmt: skip
+            runs = [
+                blk.contrast(
+                    out,
+                    [picked[block][n][s] for n in found.names if classes.get(n) == high],
+                    [picked[block][n][s] for n in found.names if classes.get(n) == low],
+                )
+                for s in seeds
+            ]
             if not runs or any(r is None or r[1] <= 0 for r in runs):
                 skipped += 1
                 continue
@@ -60,100 +67,150 @@ def answer(out: Path, found: Battery | None, context: dict[str, Any]) -> list[st
     """The Answer section. ``context``: attack, view, seeds (per block), fractions, hypothesis,
     registration, page (the hypothesis's own battery when its attack or view differ), picked rows."""
     attack, view = context["attack"], context["view"]
-    where = "each cell's last checkpoint" if view == "last" else "each cell's best-validation checkpoint"
     lines = ["## Answer", ""]
     if found is None:
-        return lines + [
+        return [
+            *lines,
             f"No two techniques share a (model, dataset) block under `{attack}`: nothing to rank.",
             "",
         ]
-    n, k = len(found.blocks), len(found.names)
+    n = len(found.blocks)
     low, high = min(context["seeds"]), max(context["seeds"])
     seeds = f"{low} seed{'s' if high > 1 else ''}" if low == high else f"{low}-{high} seeds"
-    lines += [f"Which techniques leak more under `{attack}`, at {where}: {n} complete (model, dataset) blocks, "
-              f"{seeds} each, averaged within a block; {k} techniques ranked (`none`, the un-adapted base, is "
-              "a control: see Controls).", ""]  # fmt: skip
+    where = "each cell's last checkpoint" if view == "last" else "each cell's best-validation checkpoint"
+    lines += [
+        f"Which techniques leak more under `{attack}`, at {where}: {n} complete (model, dataset) blocks, "
+        f"{seeds} each, averaged within a block; {len(found.names)} techniques ranked (`none`, the un-adapted "
+        "base, is a control: see Controls).",
+        "",
+        *_ranking_table(found, context),
+        "",
+    ]
+    verdicts: dict[str, list[str]] = {"established": [], "suggested": [], "not": []}
+    lines += _omnibus(found, verdicts) + _pairs(out, found, attack, view, verdicts)
     hypothesis = context.get("hypothesis")
-    classes = hypothesis.classes if hypothesis else {}
-    header = ["rank", "technique", *(["class"] if hypothesis else []), "trainable", "mean AUC",
-              "mean rank [95 % CI over blocks]"]  # fmt: skip
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    if hypothesis is not None:
+        lines += _confirmatory(context, verdicts) + _effects(
+            out, found, context["picked"], hypothesis, verdicts
+        )
+    for name, p in sorted(found.partial.items()):
+        lines.append(
+            f"- **Partial**: `{name}` is in {p['blocks']} of the blocks; there it ranks {p['mean_rank']:.1f} of "
+            f"{p['k']} on average (mean AUC {p['mean_auc']:.3f}); no test over so few blocks."
+        )
+    suggested = (
+        f"Suggested, not established: {'; '.join(verdicts['suggested'])}. " if verdicts["suggested"] else ""
+    )
+    lines += [
+        "- **In plain words.** Established (α = 0.05, blocks as units): "
+        f"{'; '.join(verdicts['established']) or 'nothing'}. {suggested}"
+        f"Not established: {'; '.join(verdicts['not']) or '-'}.",
+        "- These tests treat blocks as the units, so they hold for these models and datasets only (see the "
+        "Caveat); every other test on this page is exploratory.",
+        "",
+    ]
+    return lines
+
+
+def _ranking_table(found: Battery, context: dict[str, Any]) -> list[str]:
+    hypothesis = context.get("hypothesis")
+    classes = hypothesis.classes if hypothesis else None
+    header = ["rank", "technique", *(["class"] if classes else []), "trainable", "mean AUC"]
+    lines = [
+        "| " + " | ".join([*header, "mean rank [95 % CI over blocks]"]) + " |",
+        "|" + "---|" * (len(header) + 1),
+    ]
     for i, name in enumerate(found.names, 1):
         low, high = found.rank_ci[name]
-        cells = [i, name, *([classes.get(name, "-")] if hypothesis else []),
-                 blk.fraction_text(context["fractions"].get(name)), f"{found.mean_auc[name]:.3f}",
-                 f"{found.mean_rank[name]:.1f} [{low:.1f}, {high:.1f}]"]  # fmt: skip
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    lines.append("")
-    established, suggested, not_established = [], [], []
-    if found.friedman:
-        f = found.friedman
+        cells = [str(i), name, *([classes.get(name, "-")] if classes else [])]
+        cells += [blk.fraction_text(context["fractions"].get(name)), f"{found.mean_auc[name]:.3f}"]
         lines.append(
-            f"- **Do they differ at all?** Friedman χ²({f['df']}) = {f['statistic']:.1f}, p = {_p(f['p_value'])}."
+            "| " + " | ".join([*cells, f"{found.mean_rank[name]:.1f} [{low:.1f}, {high:.1f}]"]) + " |"
         )
-        (established if f["p_value"] <= ALPHA else not_established).append(
-            "that the techniques differ (Friedman)"
-        )
+    return lines
+
+
+def _omnibus(found: Battery, verdicts: dict[str, list[str]]) -> list[str]:
+    if not found.friedman:
+        return []
+    f = found.friedman
+    (verdicts["established"] if f["p_value"] <= ALPHA else verdicts["not"]).append(
+        "that the techniques differ (Friedman)"
+    )
+    return [
+        f"- **Do they differ at all?** Friedman χ²({f['df']}) = {f['statistic']:.1f}, p = {_p(f['p_value'])} "
+        f"(chi-square approximation over {len(found.blocks)} blocks)."
+    ]
+
+
+def _pairs(out: Path, found: Battery, attack: str, view: str, verdicts: dict[str, list[str]]) -> list[str]:
+    n = len(found.blocks)
     picture = f"plots/cd_{attack}_{view}.png"
     diagram(
         found, Path(out) / picture, f"{attack}, {view} checkpoint: mean rank over {n} blocks (1 = leakiest)"
     )
     pairs = found.significant
     shown = ", ".join(f"{p['a']} {'>' if p['median_difference'] > 0 else '<'} {p['b']}" for p in pairs[:4])
-    lines.append(f"- **Which pairs?** Wilcoxon signed-rank over the {n} blocks, Holm over all {len(found.pairs)} "
-                 f"pairs: {len(pairs)} significant at {ALPHA}{': ' + shown if shown else ''}"
-                 f"{' …' if len(pairs) > 4 else ''} (the smallest p {n} blocks allow is {found.smallest_p:.3g}). "
-                 f"Diagram: `{picture}` (bars join techniques no test separates; Nemenyi CD {found.cd:.1f} ranks).")  # fmt: skip
+    shown += " …" if len(pairs) > 4 else ""
     if pairs:
-        established.append(f"{len(pairs)} pairwise difference(s) ({shown}{' …' if len(pairs) > 4 else ''})")
+        verdicts["established"].append(f"{len(pairs)} pairwise difference(s) ({shown})")
     else:
-        not_established.append("any single pair of techniques (Wilcoxon–Holm)")
-    lines.append(f"  ![critical differences]({picture})")
-    if hypothesis is not None:
-        lines += _confirmatory(context, established, suggested, not_established)
-        effects = class_effects(out, found, context["picked"], hypothesis)
-        if effects:
-            lines.append("- **How much more?** Random-effects meta-analysis over blocks of the paired DeLong "
-                         "difference of class mean AUCs (Hartung–Knapp 95 % CI, τ², Holm over the pairs):")  # fmt: skip
-            for e in effects:
-                skipped = f"; {e['skipped']} block(s) without per-sample scores" if e["skipped"] else ""
-                tau = "-" if e["tau2"] is None else f"{e['tau2']:.2g}"
-                lines.append(f"  {e['high']} − {e['low']}: {e['estimate']:+.3f} [{e['ci_low']:+.3f}, {e['ci_high']:+.3f}], "
-                             f"τ² = {tau}, p (Holm) = {_p(e['p_holm'])}, {e['k']} blocks{skipped}")  # fmt: skip
-                text = f"{e['high']} leaks more than {e['low']}, by {e['estimate']:.3f} AUC [{e['ci_low']:.3f}, {e['ci_high']:.3f}]"
-                (established if e["p_holm"] <= ALPHA else not_established).append(
-                    text if e["p_holm"] <= ALPHA else f"a difference between {e['high']} and {e['low']}"
-                )
-    for name, p in sorted(found.partial.items()):
-        lines.append(f"- **Partial**: `{name}` is in {p['blocks']} of the blocks; there it ranks {p['mean_rank']:.1f} "
-                     f"of {p['k']} on average (mean AUC {p['mean_auc']:.3f}); no test over so few blocks.")  # fmt: skip
-    lines.append("- **In plain words.** Established (α = 0.05, blocks as units): "
-                 + ("; ".join(established) or "nothing") + ". "
-                 + (f"Suggested, not established: {'; '.join(suggested)}. " if suggested else "")
-                 + "Not established: " + ("; ".join(not_established) or "-") + ".")  # fmt: skip
-    lines += ["- These tests treat blocks as the units, so they hold for these models and datasets only (see "
-              "the Caveat); every other test on this page is exploratory.", ""]  # fmt: skip
+        verdicts["not"].append("any single pair of techniques (Wilcoxon–Holm)")
+    return [
+        f"- **Which pairs?** Wilcoxon signed-rank over the {n} blocks, Holm over all {len(found.pairs)} pairs: "
+        f"{len(pairs)} significant at {ALPHA}{': ' + shown if shown else ''} (the smallest p {n} blocks allow "
+        f"is {found.smallest_p:.3g}). Diagram: `{picture}` (bars join techniques no test separates; Nemenyi "
+        f"CD {found.cd:.1f} ranks).",
+        f"  ![critical differences]({picture})",
+    ]
+
+
+def _effects(
+    out: Path, found: Battery, picked: dict, hypothesis: Any, verdicts: dict[str, list[str]]
+) -> list[str]:
+    effects = class_effects(out, found, picked, hypothesis)
+    if not effects:
+        return []
+    lines = [
+        "- **How much more?** Random-effects meta-analysis over blocks of the paired DeLong difference of "
+        "class mean AUCs (Hartung–Knapp 95 % CI, τ², Holm over the pairs):"
+    ]
+    for e in effects:
+        skipped = f"; {e['skipped']} block(s) without per-sample scores" if e["skipped"] else ""
+        tau = "-" if e["tau2"] is None else f"{e['tau2']:.2g}"
+        interval = f"[{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]"
+        lines.append(
+            f"  {e['high']} − {e['low']}: {e['estimate']:+.3f} {interval}, τ² = {tau}, "
+            f"p (Holm) = {_p(e['p_holm'])}, {e['k']} blocks{skipped}"
+        )
+        if e["p_holm"] <= ALPHA:
+            verdicts["established"].append(
+                f"{e['high']} leaks more than {e['low']} by {e['estimate']:.3f} AUC {interval}"
+            )
+        else:
+            verdicts["not"].append(f"a difference between {e['high']} and {e['low']}")
     return lines
 
 
-def _confirmatory(
-    context: dict[str, Any], established: list, suggested: list, not_established: list
-) -> list[str]:
+def _confirmatory(context: dict[str, Any], verdicts: dict[str, list[str]]) -> list[str]:
     hypothesis, registration, page = context["hypothesis"], context["registration"], context["page"]
     order = " < ".join(hypothesis.order)
-    head = (f"- **Confirmatory test**: the sweep's class order {order} (`{hypothesis.attack}`, "
-            f"{hypothesis.checkpoint} checkpoint), Page's L")  # fmt: skip
+    head = (
+        f"- **Confirmatory test**: the sweep's class order {order} (`{hypothesis.attack}`, "
+        f"{hypothesis.checkpoint} checkpoint), Page's L"
+    )
     if page is None or page.page is None:
         return [f"{head}: not run ({page.page_problem if page else 'no complete block'})."]
     result = page.page
     status = "**pre-registered**" if registration.confirmatory else "**exploratory**"
-    line = (f"{head} = {result['L']:.1f}, p = {_p(result['p_value'])} ({result['method']}, "
-            f"{result['n_blocks']} blocks). {status}: {registration.reason}.")  # fmt: skip
     text = f"the class order {order} (Page, p = {_p(result['p_value'])})"
     if result["p_value"] > ALPHA:
-        not_established.append(f"the class order {order} (Page)")
+        verdicts["not"].append(f"the class order {order} (Page)")
     elif registration.confirmatory:
-        established.append(text)
+        verdicts["established"].append(text)
     else:
-        suggested.append(text + ", exploratory")
-    return [line]
+        verdicts["suggested"].append(text + ", exploratory")
+    return [
+        f"{head} = {result['L']:.1f}, p = {_p(result['p_value'])} ({result['method']}, {result['n_blocks']} "
+        f"blocks). {status}: {registration.reason}."
+    ]

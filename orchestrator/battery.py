@@ -66,14 +66,18 @@ def run(values: dict[Any, dict[str, float]], hypothesis: Any = None, seed: int =
     pairs = ranking.pairwise_wilcoxon(matrix, names, ALPHA) if len(blocks) >= 2 else []
     significant = {frozenset((p["a"], p["b"])) for p in pairs if p["significant"]}
     found = Battery(
-        blocks=blocks, names=names, matrix=matrix,
+        blocks=blocks,
+        names=names,
+        matrix=matrix,
         mean_auc={n: float(matrix[:, j].mean()) for j, n in enumerate(names)},
         mean_rank={n: float(means[j]) for j, n in enumerate(names)},
         rank_ci={n: (float(low[j]), float(high[j])) for j, n in enumerate(names)},
-        friedman=ranking.friedman(matrix) if enough else None, pairs=pairs,
+        friedman=ranking.friedman(matrix) if enough else None,
+        pairs=pairs,
         cd=ranking.nemenyi_cd(len(names), len(blocks)) if len(blocks) >= 1 else None,
-        cliques=cliques(names, list(means), significant), coverage=ranking.coverage(values),
-    )  # fmt: skip
+        cliques=cliques(names, list(means), significant),
+        coverage=ranking.coverage(values),
+    )
     found.partial = _partial(values, names)
     if hypothesis is not None:
         found.page, found.page_problem = _page(found, hypothesis)
@@ -89,8 +93,12 @@ def _partial(values: dict[Any, dict[str, float]], ranked: list[str]) -> dict[str
         if not blocks:
             continue
         ranks = ranking.block_ranks(matrix)[:, names.index(name)]
-        found[name] = {"blocks": len(blocks), "k": len(names), "mean_rank": float(ranks.mean()),
-                       "mean_auc": float(matrix[:, names.index(name)].mean())}  # fmt: skip
+        found[name] = {
+            "blocks": len(blocks),
+            "k": len(names),
+            "mean_rank": float(ranks.mean()),
+            "mean_auc": float(matrix[:, names.index(name)].mean()),
+        }
     return found
 
 

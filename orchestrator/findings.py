@@ -104,8 +104,16 @@ def findings(out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK
         )
     )
     seeds = [len({s for by in found[b].values() for s in by}) for b in (main.blocks if main else [])] or [0]
-    context = {"attack": attack, "view": view, "seeds": seeds, "fractions": blk.fractions(rows),
-               "hypothesis": hypothesis, "registration": registration, "page": page, "picked": picked}  # fmt: skip
+    context = {
+        "attack": attack,
+        "view": view,
+        "seeds": seeds,
+        "fractions": blk.fractions(rows),
+        "hypothesis": hypothesis,
+        "registration": registration,
+        "page": page,
+        "picked": picked,
+    }
     lines = ["# Findings", ""] + violations(rows) + answer(out, main, context)
     extra = defence_table(rows, attack) + duplication_table(out, rows, attack)
     if not found:
@@ -136,9 +144,14 @@ def _strongest(rows: list[dict[str, Any]], view: str, main: Battery | None) -> l
         if means[block]:
             best = max(means[block], key=lambda a: means[block][a][0])
             body.append([*block, f"`{best}`", _fmt(means[block][best][0]), means[block][best][1]])
-    return ["## Strongest attack per block", "",
-            f"Mean AUC over the {len(main.names)} ranked techniques at the {view} checkpoint (model-free attacks left out):", "",
-            _table(["model", "dataset", "strongest attack", "mean AUC", "leakiest technique under it"], body), ""]  # fmt: skip
+    return [
+        "## Strongest attack per block",
+        "",
+        f"Mean AUC over the {len(main.names)} ranked techniques at the {view} checkpoint (model-free attacks left out):",
+        "",
+        _table(["model", "dataset", "strongest attack", "mean AUC", "leakiest technique under it"], body),
+        "",
+    ]
 
 
 def _summary(found: Battery) -> list[str]:
@@ -164,10 +177,14 @@ def _other_views(out: Path, rows: list[dict[str, Any]], attack: str, view: str, 
     if battery is not None:
         lines += [f"### At {title}", ""] + _summary(battery)
     reading = matched(found, out)
-    lines += ["### At matched utility", "",
-              f"Per split, the level is the highest of the techniques' lowest validation NLLs; it must be at least "
-              f"{MARGIN} nats below the base's and above every trajectory's first checkpoint. AUC at the level: "
-              "interpolated between the checkpoints around each trajectory's first crossing.", ""]  # fmt: skip
+    lines += [
+        "### At matched utility",
+        "",
+        f"Per split, the level is the highest of the techniques' lowest validation NLLs; it must be at least "
+        f"{MARGIN} nats below the base's and above every trajectory's first checkpoint. AUC at the level: "
+        "interpolated between the checkpoints around each trajectory's first crossing.",
+        "",
+    ]
     if reading["levels"]:
         levels = list(reading["levels"].values())
         lines += [f"Levels: {min(levels):.2f}-{max(levels):.2f} nats over {len(levels)} split(s).", ""]
@@ -184,11 +201,27 @@ def _other_views(out: Path, rows: list[dict[str, Any]], attack: str, view: str, 
             for name, by_seed in sorted(techniques.items()):
                 for seed, r in sorted(by_seed.items()):
                     mark = "" if r["delong"] else "~"
-                    body.append([*block, seed, name, _fmt(r["auc"]), f"{mark}[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
-                                 f"{r['between'][0]:g}-{r['between'][1]:g}"])  # fmt: skip
-        lines += ["<details><summary>Every reading at the level</summary>", "",
-                  _table(["model", "dataset", "seed", "technique", "AUC at the level", "95% CI", "between epochs"], body),
-                  "", "</details>", ""]  # fmt: skip
+                    body.append(
+                        [
+                            *block,
+                            seed,
+                            name,
+                            _fmt(r["auc"]),
+                            f"{mark}[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
+                            f"{r['between'][0]:g}-{r['between'][1]:g}",
+                        ]
+                    )
+        lines += [
+            "<details><summary>Every reading at the level</summary>",
+            "",
+            _table(
+                ["model", "dataset", "seed", "technique", "AUC at the level", "95% CI", "between epochs"],
+                body,
+            ),
+            "",
+            "</details>",
+            "",
+        ]
     return lines
 
 
@@ -204,8 +237,14 @@ def _equal_epochs(found: dict) -> list[str]:
         [n, *(_fmt(np.mean(by_epoch[n][e])) if by_epoch[n].get(e) else "-" for e in epochs)]
         for n in sorted(by_epoch)
     ]
-    return ["## AUC at equal epochs", "", "Mean AUC over every split at each checkpoint (epoch 0: the technique's initial state):", "",
-            _table(["technique", *(f"epoch {e:g}" for e in epochs)], body), ""]  # fmt: skip
+    return [
+        "## AUC at equal epochs",
+        "",
+        "Mean AUC over every split at each checkpoint (epoch 0: the technique's initial state):",
+        "",
+        _table(["technique", *(f"epoch {e:g}" for e in epochs)], body),
+        "",
+    ]
 
 
 def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
@@ -232,13 +271,25 @@ def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
                         flip = t["difference"] < 0  # written as higher − lower
                         high, low = (t["b"], t["a"]) if flip else (t["a"], t["b"])
                         ci = (-t["ci_high"], -t["ci_low"]) if flip else (t["ci_low"], t["ci_high"])
-                        significant.append([*block, seed, f"{high} > {low}", f"{abs(t['difference']):.3f}",
-                                            f"[{ci[0]:.3f}, {ci[1]:.3f}]", f"{t['p_holm']:.2g}"])  # fmt: skip
-    lines = ["## Inside each split (exploratory, conditional on the trained models)", "",
-             f"DeLong's paired test at the {view} checkpoint, Holm within each of the {groups} (model, dataset, seed) "
-             f"groups over that group's pairs: {len(significant)} of the {tested} pairs are significant at {ALPHA} "
-             "within their own group. These say the trained models differ on this split, not that the techniques "
-             "do: one trained model per cell.", ""]  # fmt: skip
+                        significant.append(
+                            [
+                                *block,
+                                seed,
+                                f"{high} > {low}",
+                                f"{abs(t['difference']):.3f}",
+                                f"[{ci[0]:.3f}, {ci[1]:.3f}]",
+                                f"{t['p_holm']:.2g}",
+                            ]
+                        )
+    lines = [
+        "## Inside each split (exploratory, conditional on the trained models)",
+        "",
+        f"DeLong's paired test at the {view} checkpoint, Holm within each of the {groups} (model, dataset, seed) "
+        f"groups over that group's pairs: {len(significant)} of the {tested} pairs are significant at {ALPHA} "
+        "within their own group. These say the trained models differ on this split, not that the techniques "
+        "do: one trained model per cell.",
+        "",
+    ]
     if significant:
         header = [
             "model",
@@ -278,8 +329,17 @@ def _across_seeds(picked: dict, view: str) -> list[str]:
             found.append((a, b, interval))
         _, adjusted, _, _ = multipletests([i["p_value"] for _, _, i in found], alpha=ALPHA, method="holm")
         for (a, b, i), p in zip(found, adjusted, strict=True):
-            body.append([*block, len(seeds), f"{a} − {b}", f"{i['mean']:+.3f}", f"[{i['ci_low']:+.3f}, {i['ci_high']:+.3f}]",
-                         f"{i['p_value']:.2g}", f"{p:.2g}"])  # fmt: skip
+            body.append(
+                [
+                    *block,
+                    len(seeds),
+                    f"{a} − {b}",
+                    f"{i['mean']:+.3f}",
+                    f"[{i['ci_low']:+.3f}, {i['ci_high']:+.3f}]",
+                    f"{i['p_value']:.2g}",
+                    f"{p:.2g}",
+                ]
+            )
     lines = ["## Across seeds (exploratory)", ""]
     if not body:
         return lines + [
@@ -296,9 +356,13 @@ def _across_seeds(picked: dict, view: str) -> list[str]:
         "p",
         "p (Holm over the block's pairs)",
     ]
-    return lines + [f"At the {view} checkpoint, per block: the t-interval of the mean of the per-seed AUC differences "
-                    "(seeds as replicates of the block's training; every pair, Holm over the block's pairs).", "",
-                    _table(header, body), ""]  # fmt: skip
+    return lines + [
+        f"At the {view} checkpoint, per block: the t-interval of the mean of the per-seed AUC differences "
+        "(seeds as replicates of the block's training; every pair, Holm over the block's pairs).",
+        "",
+        _table(header, body),
+        "",
+    ]
 
 
 def _controls(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
@@ -330,7 +394,12 @@ def _controls(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
         lines += ["No `blind` attack ran: no split was tested for a shift.", ""]
     if base:
         body = [[*k, _fmt(v)] for k, v in sorted(base.items())]
-        lines += [f"The un-adapted base (`none`) under `{attack}`:", "", _table(["model", "dataset", "seed", "AUC"], body), ""]  # fmt: skip
+        lines += [
+            f"The un-adapted base (`none`) under `{attack}`:",
+            "",
+            _table(["model", "dataset", "seed", "AUC"], body),
+            "",
+        ]
     else:
         lines += ["No `none` cell ran: there is no un-adapted control.", ""]
     return lines

@@ -63,9 +63,13 @@ class Hypothesis:
             raise PrivauditorError(f"hypothesis: {what}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"attack": self.attack, "checkpoint": self.checkpoint, "classes": dict(self.classes),
-                "order": list(self.order),
-                "formed_on": {"seeds": list(self.formed_on.seeds), "note": self.formed_on.note}}  # fmt: skip
+        return {
+            "attack": self.attack,
+            "checkpoint": self.checkpoint,
+            "classes": dict(self.classes),
+            "order": list(self.order),
+            "formed_on": {"seeds": list(self.formed_on.seeds), "note": self.formed_on.note},
+        }
 
 
 @dataclass(frozen=True)
@@ -107,8 +111,9 @@ def first_commit(hypothesis: Hypothesis, sweep: str, root: Path) -> str | None:
     return None
 
 
-def registration(hypothesis: Hypothesis, sweep: str, revisions: set[str | None], seeds: set[int],
-                 root: Path | None = None) -> Registration:  # fmt: skip
+def registration(
+    hypothesis: Hypothesis, sweep: str, revisions: set[str | None], seeds: set[int], root: Path | None = None
+) -> Registration:
     """Whether ``hypothesis`` was pre-registered for a run of the sweep ``sweep`` whose cells record the
     code ``revisions`` (``privauditor_git``) and ran ``seeds`` (see the module docstring)."""
     root = root or Path(__file__).resolve().parent.parent

@@ -48,8 +48,9 @@ def common_level(techniques: dict[str, list[dict[str, Any]]], base: float | None
     slowest = max(sorted(lows), key=lambda n: lows[n])
     level = lows[slowest]
     if level > base - MARGIN:
-        return None, (f"`{slowest}` gets no lower than {level:.2f} nats, within {MARGIN} of the base's "
-                      f"{base:.2f}")  # fmt: skip
+        return None, (
+            f"`{slowest}` gets no lower than {level:.2f} nats, within {MARGIN} of the base's {base:.2f}"
+        )
     early = sorted(name for name, points in compared.items() if points[0]["utility_loss"] <= level)
     if early:
         return None, f"{', '.join(f'`{n}`' for n in early)} start(s) at or below the level {level:.2f}"

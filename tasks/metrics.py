@@ -120,6 +120,26 @@ def fpr_upper_bound(fp: int, n: int, level: float = 0.95) -> float:
     return float(beta.ppf(level, fp + 1, n - fp))
 
 
+def resampled_aucs(pos: np.ndarray, neg: np.ndarray, pick_pos: np.ndarray, pick_neg: np.ndarray) -> np.ndarray:
+    """AUC of each resample (row) of member scores ``pos[pick_pos]`` against non-member scores
+    ``neg[pick_neg]``, ties counting one half, in O(m + n) per resample instead of a sort: a resample is
+    a count of draws of each original score, and a member beats the draws of the non-members below it.
+    The counts are integers and halves, so each AUC is the exact fraction the ranks give, bit for bit."""
+    resamples, m, n = pick_pos.shape[0], len(pos), len(neg)
+    rows = np.arange(resamples)[:, None]
+    draws_pos = np.bincount((pick_pos + rows * m).ravel(), minlength=resamples * m).reshape(resamples, m)
+    order = np.argsort(neg, kind="stable")
+    rank_of = np.empty(n, np.int64)
+    rank_of[order] = np.arange(n)
+    sorted_draws = np.bincount((rank_of[pick_neg] + rows * n).ravel(), minlength=resamples * n)
+    below = np.zeros((resamples, n + 1), np.float64)  # draws of the non-members below each sorted place
+    np.cumsum(sorted_draws.reshape(resamples, n), axis=1, out=below[:, 1:])
+    ordered = neg[order]
+    low, high = np.searchsorted(ordered, pos, "left"), np.searchsorted(ordered, pos, "right")
+    beaten = below[:, low] + 0.5 * (below[:, high] - below[:, low])  # (resamples, m): ties one half
+    return (draws_pos * beaten).sum(axis=1) / (m * n)
+
+
 def bootstrap_auc_ci(
     member: np.ndarray, scores: np.ndarray, resamples: int = 1000, seed: int = 0, level: float = 0.95
 ) -> tuple[float, float]:
@@ -128,9 +148,7 @@ def bootstrap_auc_ci(
     pos, neg = scores[member], scores[~member]
     pick_pos = rng.integers(0, len(pos), size=(resamples, len(pos)))
     pick_neg = rng.integers(0, len(neg), size=(resamples, len(neg)))
-    resampled = np.concatenate([pos[pick_pos], neg[pick_neg]], axis=1)
-    labels = np.r_[np.ones(len(pos), bool), np.zeros(len(neg), bool)]
-    aucs = auc_from_ranks(np.broadcast_to(labels, resampled.shape), resampled)
+    aucs = resampled_aucs(pos, neg, pick_pos, pick_neg)
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(aucs, [tail, 100 - tail])
     return float(low), float(high)

@@ -196,3 +196,17 @@ def test_bad_inputs_are_refused():
         attack_metrics(np.ones(4, bool), np.arange(4.0))
     with pytest.raises(ValueError, match="not finite"):
         attack_metrics(labels(2, 2), np.array([1.0, np.nan, 0.0, 1.0]))
+
+
+def test_resampled_aucs_by_counts_are_the_ranks_aucs_bit_for_bit():
+    """The bootstrap's O(m + n) AUC of each resample (draw counts and cumulative sums) equals the rank
+    formula on the resampled scores exactly, ties included, so every stored CI is the one ranks give."""
+    from privauditor.tasks.metrics import auc_from_ranks, resampled_aucs
+
+    rng = np.random.default_rng(7)
+    for m, n in ((2, 2), (3, 40), (57, 9), (280, 280)):
+        pos, neg = np.round(rng.normal(size=m) + 0.4, 1), np.round(rng.normal(size=n), 1)  # many ties
+        pick_pos, pick_neg = rng.integers(0, m, size=(64, m)), rng.integers(0, n, size=(64, n))
+        resampled = np.concatenate([pos[pick_pos], neg[pick_neg]], axis=1)
+        labels = np.broadcast_to(np.r_[np.ones(m, bool), np.zeros(n, bool)], resampled.shape)
+        assert np.array_equal(resampled_aucs(pos, neg, pick_pos, pick_neg), auc_from_ranks(labels, resampled))

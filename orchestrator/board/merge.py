@@ -14,9 +14,9 @@
   is the cell's own bootstrap CI over samples (``ci_over`` = ``samples``): recomputed, never averaged.
 
 Missing values are never dropped silently: a missing ε bound (``eps_lower`` None, "nothing bounded") is
-the trivial bound 0 in a mean (``None`` stays where no merged row has a bound), and ``eps_bounded`` says how many of the merged rows had one ("bounded in
-1 of 3 seeds"); any other number that is missing in some merged rows (e.g. a TPR left out for too few
-non-members) makes the merged value ``None``.
+the trivial bound 0 in a mean (``None`` stays where no merged row has a bound), and ``eps_bounded`` says
+how many of the merged rows had one ("bounded in 1 of 3 seeds"); any other number that is missing in
+some merged rows (e.g. a TPR left out for too few non-members) makes the merged value ``None``.
 
 Superseded records (named in a later record's ``supersedes``) are left out of both; so is a schema-1
 record whose schema-2 twin (same run, cell and step: the folder added again) is in the store.

@@ -64,13 +64,16 @@ class Attack:
     @property
     def cheap(self) -> bool:
         """Run at every checkpoint of a training trajectory: the attack reads no view of the target model
-        but its signals, or views that take no pass through it (views of un-adapted models are computed
-        once per split and shared). Others need more passes through every snapshot (neighbours,
-        gradients, prefixes) and run at the last and the best."""
+        but its signals of the scored texts, or views that take no pass through it (views of un-adapted
+        models are computed once per split and shared). Others need more passes through every snapshot
+        (neighbours, gradients, prefixes, the target's signals of a population) and run at the last and
+        the best."""
         from ..views import Cost
 
         return all(
-            view.name == "signals" or "target" not in view.models() or view.cost() == Cost()
+            (view.name == "signals" and view.parts() == ("scored",))
+            or "target" not in view.models()
+            or view.cost() == Cost()
             for view in self.views().values()
         )
 
