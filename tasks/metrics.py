@@ -120,7 +120,9 @@ def fpr_upper_bound(fp: int, n: int, level: float = 0.95) -> float:
     return float(beta.ppf(level, fp + 1, n - fp))
 
 
-def resampled_aucs(pos: np.ndarray, neg: np.ndarray, pick_pos: np.ndarray, pick_neg: np.ndarray) -> np.ndarray:
+def resampled_aucs(
+    pos: np.ndarray, neg: np.ndarray, pick_pos: np.ndarray, pick_neg: np.ndarray
+) -> np.ndarray:
     """AUC of each resample (row) of member scores ``pos[pick_pos]`` against non-member scores
     ``neg[pick_neg]``, ties counting one half, in O(m + n) per resample instead of a sort: a resample is
     a count of draws of each original score, and a member beats the draws of the non-members below it.
