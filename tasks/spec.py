@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cache import stable_hash
-from .config import DeepSpeedSettings, ScoreSettings, SplitConfig
+from .config import DeepSpeedSettings, ScoreSettings, SplitConfig, whole
 from .errors import PrivauditorError
 
 if TYPE_CHECKING:
@@ -65,6 +65,11 @@ class TrainSpec:
     workers: int  # 1 for a technique that trains nothing
     deepspeed: DeepSpeedSettings | None  # None: one process, the plain training loop
     version: int  # the training loop's
+
+    def __post_init__(self) -> None:
+        # whole epochs as ints however they were read (a cell.json's 20 comes back as 20.0), so the id
+        # hashes the same spec the same way
+        object.__setattr__(self, "checkpoints", tuple(whole(c) for c in self.checkpoints))
 
 
 @dataclass(frozen=True)

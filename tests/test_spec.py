@@ -72,7 +72,8 @@ def test_the_spec_is_typed_recorded_and_read_back():
     assert spec.train.lr == 3e-3 and spec.attack("min_k").params == {"k": 0.1}
     assert spec.attack("reference").views["reference"].params == {"model": "reference", "part": "scored"}
     assert spec.base == weights_identity("tiny-gpt2") and spec.base.startswith("sha256:")
-    assert CellSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec  # cell.json's round trip
+    again = CellSpec.from_dict(json.loads(json.dumps(spec.to_dict())))  # cell.json's round trip
+    assert again == spec and again.cell_id() == spec.cell_id()  # equal, and hashed alike (20 is not 20.0)
 
 
 def test_a_cell_whose_offline_base_is_not_built_has_no_final_id_yet(tmp_path, monkeypatch):
