@@ -159,6 +159,11 @@ def checkpoint_path(
     """Where the weights of a model are: an offline tiny base is pre-trained first if it is not cached
     (with ``build`` False, None instead), with ``profile`` or the active pre-training profile."""
     spec = model if isinstance(model, ModelSpec) else resolve_model(model)
+    if spec.source == "package":
+        from ._package import package_base_dir
+
+        found = package_base_dir(spec.slug, spec.packaged, build=build)
+        return None if found is None else str(found)
     if spec.source != "tiny":
         return spec.path
     from ._tiny import tiny_base_dir
@@ -205,13 +210,17 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 def weights_identity(model: str | ModelSpec, build: bool = True) -> str | None:
     """What a model's weights are, for cell ids: ``sha256:<hex>`` of an offline or local checkpoint's
     weight files (names and bytes), ``revision:<revision>`` of a Hugging Face checkpoint (``main`` unless
-    one is pinned). None for an offline base that is not built when ``build`` is False. A process reads a
+    one is pinned), ``sha256:<hex>@<package>==<version>`` of a packaged base's converted weights. None for an offline base that is not built when ``build`` is False. A process reads a
     checkpoint's bytes once (hashes are kept by file size and modification time)."""
     spec = model if isinstance(model, ModelSpec) else resolve_model(model)
     if spec.source == "hub":
         return f"revision:{spec.revision or 'main'}"
     path = checkpoint_path(spec, build)
-    return None if path is None else checkpoint_identity(Path(path))
+    if path is None or spec.source != "package":
+        return None if path is None else checkpoint_identity(Path(path))
+    from ._package import packaged_identity
+
+    return packaged_identity(Path(path), spec.packaged)
 
 
 def masked_lm_identity(build: bool = True) -> str | None:

