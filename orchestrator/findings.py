@@ -77,7 +77,8 @@ def _hypothesis(out: Path, rows: list[dict[str, Any]]) -> tuple[Any, Any]:
         record = json.loads((out / "cells" / cell_id / "cell.json").read_text())
         revisions.add(record.get("versions", {}).get("privauditor_git"))
     seeds = {r["seed"] for r in rows if r["seed"] is not None}
-    return hypothesis, registration(hypothesis, str(data.get("name", "")), revisions, seeds)
+    models = {r["model"] for r in rows}
+    return hypothesis, registration(hypothesis, str(data.get("name", "")), revisions, seeds, models=models)
 
 
 def battery_of(

@@ -14,7 +14,8 @@ It counts as **pre-registered**, and the test as confirmatory, only when both ho
 
 - *committed before the run*: a commit of this checkout whose copy of the shipped sweep file of the
   same name holds the same block is an ancestor of the revision every cell of the run records;
-- *on fresh seeds*: no seed of the run is among ``formed_on.seeds``.
+- *on fresh data*: no seed of the run is among ``formed_on.seeds``, or, where ``formed_on.models`` names the
+  bases it was read from, the run trains none of them (the tiny bases' order tested on a real base).
 
 Otherwise the test is exploratory and the page says why. A technique without a class is left out of the
 test (it is still ranked).
@@ -36,6 +37,7 @@ CHECKPOINTS = ("last", "best")
 @dataclass(frozen=True)
 class FormedOn:
     seeds: tuple[int, ...] = ()  # the seeds whose results the order was read from
+    models: tuple[str, ...] = ()  # the bases it was read from (empty: any)
     note: str = ""  # where (a run, a commit)
 
 
@@ -68,7 +70,8 @@ class Hypothesis:
             "checkpoint": self.checkpoint,
             "classes": dict(self.classes),
             "order": list(self.order),
-            "formed_on": {"seeds": list(self.formed_on.seeds), "note": self.formed_on.note},
+            "formed_on": {"seeds": list(self.formed_on.seeds), "models": list(self.formed_on.models),
+                          "note": self.formed_on.note},  # fmt: skip
         }
 
 
@@ -112,12 +115,19 @@ def first_commit(hypothesis: Hypothesis, sweep: str, root: Path) -> str | None:
 
 
 def registration(
-    hypothesis: Hypothesis, sweep: str, revisions: set[str | None], seeds: set[int], root: Path | None = None
+    hypothesis: Hypothesis,
+    sweep: str,
+    revisions: set[str | None],
+    seeds: set[int],
+    root: Path | None = None,
+    models: set[str] = frozenset(),
 ) -> Registration:
     """Whether ``hypothesis`` was pre-registered for a run of the sweep ``sweep`` whose cells record the
-    code ``revisions`` (``privauditor_git``) and ran ``seeds`` (see the module docstring)."""
+    code ``revisions`` (``privauditor_git``) and ran ``seeds`` on ``models`` (see the module docstring)."""
     root = root or Path(__file__).resolve().parent.parent
-    reused = sorted(seeds & set(hypothesis.formed_on.seeds))
+    formed = hypothesis.formed_on
+    other_models = bool(formed.models and models) and not (models & set(formed.models))
+    reused = [] if other_models else sorted(seeds & set(formed.seeds))
     commit = first_commit(hypothesis, sweep, root)
     if commit is None:
         return Registration(
@@ -134,6 +144,5 @@ def registration(
     if reused:
         seeds_text = ", ".join(map(str, reused))
         return Registration(False, commit, f"it was formed on seed(s) {seeds_text}, which this run uses")
-    return Registration(
-        True, commit, f"committed in {commit[:7]} before the run, on seeds not used to form it"
-    )
+    fresh = "bases" if other_models else "seeds"
+    return Registration(True, commit, f"committed in {commit[:7]} before the run, on {fresh} not used to form it")

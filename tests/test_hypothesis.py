@@ -42,6 +42,15 @@ def checkout(tmp_path):
     return root, before, git(root, "rev-parse", "HEAD")
 
 
+def commit_block(root, found):
+    """Commit ``found`` as the sweep file's hypothesis block."""
+    import yaml
+
+    sweep = root / "benchmarks" / "sweeps" / "mine.yaml"
+    sweep.write_text("name: mine\n" + yaml.safe_dump({"hypothesis": found.to_dict()}))
+    git(root, "commit", "-q", "-am", "another hypothesis")
+
+
 def hypothesis():
     from privauditor.tasks.settings import load_yaml
 
@@ -55,6 +64,8 @@ def test_committed_before_the_run_on_fresh_seeds_is_pre_registered(checkout):
 
 
 def test_seeds_it_was_formed_on_or_a_later_commit_make_it_exploratory(checkout):
+    from privauditor.tasks.settings import load_yaml
+
     root, before, after = checkout
     reused = registration(hypothesis(), "mine", {after}, {0, 1}, root)
     assert not reused.confirmatory and "formed on seed(s) 0, which this run uses" in reused.reason
@@ -62,6 +73,13 @@ def test_seeds_it_was_formed_on_or_a_later_commit_make_it_exploratory(checkout):
     assert not late.confirmatory and "after the run's code" in late.reason
     unknown = registration(hypothesis(), "mine", {None}, {1}, root)
     assert not unknown.confirmatory and "no git revision" in unknown.reason
+    on_tiny = parse({**load_yaml(BLOCK)["hypothesis"], "formed_on": {"seeds": [0], "models": ["tiny-llama"]}})
+    commit_block(root, on_tiny)
+    head = git(root, "rev-parse", "HEAD")
+    real = registration(on_tiny, "mine", {head}, {0}, root, models={"smollm2-135m"})
+    assert real.confirmatory and "on bases not used to form it" in real.reason  # same seed, another base
+    again = registration(on_tiny, "mine", {head}, {0}, root, models={"smollm2-135m", "tiny-llama"})
+    assert not again.confirmatory and "formed on seed(s) 0" in again.reason
     changed = parse({"classes": {"prompt": "a", "full": "b"}, "order": ["a", "b"]})
     assert "no commit of this checkout holds it" in registration(changed, "mine", {after}, {1}, root).reason
 
