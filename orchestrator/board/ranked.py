@@ -155,4 +155,6 @@ def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]]) 
     kept = live(records)
     revisions = {(r["provenance"]["versions"] or {}).get("privauditor_git") for r in kept}
     seeds = {r["seed"] for r in kept if r["seed"] is not None}
-    return registration(hypothesis, sweep, revisions, seeds, models={r["model"] for r in kept if r.get("model")})
+    return registration(
+        hypothesis, sweep, revisions, seeds, models={r["model"] for r in kept if r.get("model")}
+    )

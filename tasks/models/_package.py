@@ -11,6 +11,7 @@ download's failure is a one-line error naming the package.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -114,12 +115,13 @@ def convert_gguf(gguf: Path, out: Path) -> None:
     """A GGUF file as a float32 safetensors checkpoint (``config.json``, ``model.safetensors``) with its
     tokenizer and chat template, through transformers' GGUF reader (the ``gguf`` package)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import transformers.modeling_gguf_pytorch_utils as reader
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    from transformers import GgufConfig
-
+    bar = reader.tqdm  # the GGUF reader draws its own bar, which disable_progress_bar does not reach
+    reader.tqdm = functools.partial(bar, disable=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(
@@ -130,6 +132,8 @@ def convert_gguf(gguf: Path, out: Path) -> None:
         )
     except Exception as exc:
         raise PrivauditorError(f"cannot read {gguf.name} as a GGUF checkpoint: {one_line(exc)}") from None
+    finally:
+        reader.tqdm = bar
     # transformers keeps a GGUF-loaded model marked quantised (not serialisable); the same weights in a
     # plain model of the same config are an ordinary checkpoint (strict: every tensor has its place)
     config = loaded.config
