@@ -36,6 +36,7 @@ from . import blocks as blk
 from .answer import answer
 from .battery import ALPHA, Battery, run
 from .defences import defence_table, duplication_table, violations
+from .hypothesis import of_results
 from .matched import MARGIN, matched
 
 PRIMARY_ATTACK = "loss"
@@ -57,30 +58,6 @@ def _table(header: list[str], body: list[list[Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
 
 
-def _hypothesis(out: Path, rows: list[dict[str, Any]]) -> tuple[Any, Any]:
-    """The results folder's sweep hypothesis and its registration (None, None without one)."""
-    from privauditor.tasks.errors import PrivauditorError
-    from privauditor.tasks.settings import load_yaml
-
-    from .hypothesis import parse, registration
-
-    sweep = out / "sweep.yaml"
-    data = load_yaml(sweep.read_text()) if sweep.exists() else None
-    if not isinstance(data, dict) or not data.get("hypothesis"):
-        return None, None
-    try:
-        hypothesis = parse(data["hypothesis"])
-    except PrivauditorError:
-        return None, None
-    revisions = set()
-    for cell_id in sorted({r["cell_id"] for r in rows}):
-        record = json.loads((out / "cells" / cell_id / "cell.json").read_text())
-        revisions.add(record.get("versions", {}).get("privauditor_git"))
-    seeds = {r["seed"] for r in rows if r["seed"] is not None}
-    models = {r["model"] for r in rows}
-    return hypothesis, registration(hypothesis, str(data.get("name", "")), revisions, seeds, models=models)
-
-
 def battery_of(
     rows: list[dict[str, Any]], attack: str, view: str, hypothesis: Any = None
 ) -> tuple[Battery | None, dict]:
@@ -92,7 +69,7 @@ def battery_of(
 def findings(out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK) -> str:
     """``findings.md`` of the results folder ``out`` whose leaderboard rows are ``rows``."""
     out = Path(out)
-    hypothesis, registration = _hypothesis(out, rows)
+    hypothesis, registration = of_results(out, rows)
     own = hypothesis is not None and hypothesis.attack == attack
     view = hypothesis.checkpoint if own else "last"
     found = blk.trajectories(rows, attack)

@@ -23,6 +23,7 @@ test (it is still ranked).
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,3 +152,23 @@ def registration(
     return Registration(
         True, commit, f"committed in {commit[:7]} before the run, on {fresh} not used to form it"
     )
+
+
+def of_results(out: Path, rows: list[dict[str, Any]]) -> tuple[Hypothesis | None, Registration | None]:
+    """A results folder's sweep hypothesis (its ``sweep.yaml``) and whether it was pre-registered for
+    the cells of ``rows`` (None, None without one, or with one that no longer parses)."""
+    sweep = out / "sweep.yaml"
+    data = load_yaml(sweep.read_text()) if sweep.exists() else None
+    if not isinstance(data, dict) or not data.get("hypothesis"):
+        return None, None
+    try:
+        hypothesis = parse(data["hypothesis"])
+    except PrivauditorError:
+        return None, None
+    revisions = set()
+    for cell_id in sorted({r["cell_id"] for r in rows}):
+        record = json.loads((out / "cells" / cell_id / "cell.json").read_text())
+        revisions.add(record.get("versions", {}).get("privauditor_git"))
+    seeds = {r["seed"] for r in rows if r["seed"] is not None}
+    models = {r["model"] for r in rows}
+    return hypothesis, registration(hypothesis, str(data.get("name", "")), revisions, seeds, models=models)

@@ -217,11 +217,13 @@ def weights_identity(model: str | ModelSpec, build: bool = True) -> str | None:
     if spec.source == "hub":
         return f"revision:{spec.revision or 'main'}"
     path = checkpoint_path(spec, build)
-    if path is None or spec.source != "package":
-        return None if path is None else checkpoint_identity(Path(path))
-    from ._package import packaged_identity
+    if path is None:
+        return None
+    if spec.source == "package":
+        from ._package import packaged_identity
 
-    return packaged_identity(Path(path), spec.packaged)
+        return packaged_identity(Path(path), spec.packaged)
+    return checkpoint_identity(Path(path))
 
 
 def masked_lm_identity(build: bool = True) -> str | None:

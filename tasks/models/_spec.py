@@ -227,6 +227,13 @@ def register_packaged(name: str, family: str, params: str, packaged: Packaged, *
     """Register a real base shipped inside a package on the registry (see ``_package.py``)."""
     MODELS.add(
         name,
-        ModelSpec(name=name, family=family, source="package", path=packaged.requirement, params=params,
-                  packaged=packaged, **kwargs),  # fmt: skip
+        ModelSpec(
+            name=name,
+            family=family,
+            source="package",
+            path=packaged.requirement,
+            params=params,
+            packaged=packaged,
+            **kwargs,
+        ),  # fmt: skip
     )

@@ -60,8 +60,14 @@ register_checkpoint(
     "6.7B",
     Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
     dtype="bfloat16",
-    architecture={"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-                  "num_attention_heads": 32, "vocab_size": 32000},
+    architecture={
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "vocab_size": 32000,
+    },
 )
 
 # A real pre-trained base the package registry carries (docs/real-base.md): SmolLM2-135M-Instruct,
@@ -77,7 +83,14 @@ register_packaged(
         wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
     ),
     resources=Resources(cpus=2, memory_gb=6),
-    architecture={"model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
-                  "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
-                  "tie_word_embeddings": True},
+    architecture={
+        "model_type": "llama",
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "vocab_size": 49152,
+        "tie_word_embeddings": True,
+    },
 )
