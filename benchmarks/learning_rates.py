@@ -8,12 +8,14 @@ rate's figure is its lowest validation NLL over the checkpoints (the checkpoint 
 keep), averaged over the datasets; the chosen rate has the lowest figure (ties: the smaller rate). The
 ladder starts at the technique's class default and one step either side, and grows a step past an end
 whenever the best rate sits on it, so the choice is never at an edge of what was tried. ``--write``
-stores the choice in ``tasks/adaptations/_rates.py``, which cells on tiny bases read (a sweep's
+stores the choice in ``tasks/adaptations/_rates.py`` beside the settings it was made with (one block per
+run: a run over other bases replaces only their rates), which cells on those bases read (a sweep's
 ``train.lr`` still overrides it; hub models keep the class defaults).
 
-Run::
+Run (the tiny bases; the real base, at the ``real`` sweep's size, docs/real-base.md)::
 
     python benchmarks/learning_rates.py --write
+    python benchmarks/learning_rates.py --models smollm2-135m --datasets finance --members 24 --write
 """
 
 from __future__ import annotations
@@ -99,19 +101,19 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help=f"store the choice in {RATES_FILE.name}")
     parser.add_argument("--json", type=Path, help="also write the settings and the choice to this file")
     parser.add_argument(
-        "--merge", type=Path, nargs="+", help="combine --json files of runs over other models"
+        "--merge", type=Path, nargs="+", help="combine --json files of runs over other models or techniques"
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
-    if args.merge:  # runs over disjoint models (e.g. one per core), same settings
+    if args.merge:  # runs over disjoint models or techniques (e.g. one per core), same settings
         parts = [json.loads(p.read_text()) for p in args.merge]
         chosen: dict[str, dict[str, float]] = {}
         for part in parts:
             for technique, by_model in part["chosen"].items():
                 chosen.setdefault(technique, {}).update(by_model)
-        settings = parts[0]["settings"] | {
-            "models": sorted(m for p in parts for m in p["settings"]["models"])
+        settings = parts[0]["settings"] | {  # runs split by base or by technique
+            key: sorted({x for p in parts for x in p["settings"][key]}) for key in ("models", "techniques")
         }
         print(render(HEADER, [row for part in parts for row in part["table"]]))
         if args.write:
@@ -158,15 +160,25 @@ def main() -> None:
 
 
 def write_rates(settings: dict, chosen: dict[str, dict[str, float]]) -> None:
-    """``tasks/adaptations/_rates.py`` holding ``chosen`` and the settings it was chosen with."""
+    """Store ``chosen`` and the settings it was chosen with in ``tasks/adaptations/_rates.py``; the rates
+    and settings blocks of other bases already there are kept."""
+    from privauditor.tasks.adaptations._rates import RATES, SETTINGS
+
     settings = {k: v for k, v in settings.items() if k not in ("write", "json", "threads", "merge")}
+    models = set(settings["models"])
+    blocks = [b for b in SETTINGS if not models & set(b["models"])] + [settings]
+    rates = {t: {m: r for m, r in by.items() if m not in models} for t, by in RATES.items()}
+    for technique, by_model in chosen.items():
+        rates.setdefault(technique, {}).update(by_model)
+    rates = {t: dict(sorted(by.items())) for t, by in sorted(rates.items()) if by}
     RATES_FILE.write_text(
-        '"""Learning rates of each technique on each tiny base, chosen by validation NLL under the constant\n'
+        '"""Learning rates of each technique on each base, chosen by validation NLL under the constant\n'
         "schedule (the rule and the command: ``benchmarks/learning_rates.py``). Written by that script.\n"
         '"""\n\n'
-        f"#: the settings they were chosen with\nSETTINGS = {pprint.pformat(settings, width=100)}\n\n"
-        "#: technique -> tiny base -> learning rate\n"
-        f"RATES: dict[str, dict[str, float]] = {pprint.pformat(chosen, width=100)}\n"
+        "#: the settings they were chosen with, one block per run (its ``models``)\n"
+        f"SETTINGS = {pprint.pformat(blocks, width=100)}\n\n"
+        "#: technique -> base -> learning rate\n"
+        f"RATES: dict[str, dict[str, float]] = {pprint.pformat(rates, width=100)}\n"
     )
 
 

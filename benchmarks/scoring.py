@@ -1,8 +1,9 @@
 """Scoring cost: privauditor's signal store + logit attacks vs MIMIR's own loop vs plain forward passes.
 
 On a model shaped like a real one (LLaMA layout, random weights: 6 layers, hidden 512, vocabulary 32k by
-default) and on a tiny one, for the same texts (offline finance records, their targets scored after
-their prompts), it times, side by side in one run:
+default), on a tiny one, and on the real pre-trained base ``smollm2-135m`` (135 M parameters, vocabulary
+49,152, its own tokenizer; docs/real-base.md), for the same texts (offline finance records, their
+targets scored after their prompts), it times, side by side in one run:
 
 - ``forward``: plain batched forward passes producing the logits of the same texts (inference mode),
   batched in input order; ``length-bucketed forward``: the same with the texts sorted by length, as
@@ -16,7 +17,10 @@ their prompts), it times, side by side in one run:
   the five attacks) on the same records as whole texts (empty prompt, a BOS first in both), those
   shorter than the max length, so that neither side cuts (here) or slides a window (MIMIR) and both
   score the same tokens. The benchmark fails unless each attack's scores agree to 1e-4 of the attack's
-  largest score;
+  largest score. On the real base the reference model is the base with seeded noise on every weight (1 %
+  of each tensor's standard deviation; a model of the same vocabulary, since the loop is timed, not the
+  model), and the texts go to MIMIR's loop as token ids (its ``get_probabilities(text, tokens=...)``)
+  with the BOS privauditor puts first, since this tokenizer adds none;
 - ``naive`` (a secondary figure): per text and per attack one forward pass keeping the full-vocabulary
   log-softmax (the reference attack also runs the reference model per text), written as MIMIR's
   ``get_probabilities`` is (labels passed to the model, each target's log-prob read with ``.item()``);
@@ -27,7 +31,7 @@ Then, in fresh processes with vocabularies of 8k and 64k, the peak RSS of scorin
 that of one plain forward pass (the model's weights and one batch of its logits), each measured from a
 reset of the process's peak. The last line is one JSON object.
 
-    python benchmarks/scoring.py [--texts 256] [--layers 6] [--hidden 512] [--vocab 32000]
+    python benchmarks/scoring.py [--texts 256] [--layers 6] [--hidden 512] [--vocab 32000] [--real smollm2-135m]
 """
 
 from __future__ import annotations
@@ -73,6 +77,24 @@ def tokenizer_and_texts(n: int):
     tokenizer = load_model("tiny-llama", device="cpu").tokenizer  # the offline BPE tokenizer
     examples = list(load_dataset("finance").examples[:n])
     return tokenizer, examples
+
+
+def real_base(name: str):
+    """A registered pre-trained base (built or read from the cache) and, as its reference, the same base
+    with seeded noise of 1 % of each tensor's standard deviation."""
+    import copy
+
+    from privauditor.tasks.models import load_model
+
+    loaded = load_model(name, device="cpu")
+    model = loaded.model.float().eval()
+    reference = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for weight in reference.parameters():
+            if weight.numel() > 1:
+                weight.add_(torch.randn(weight.shape, generator=generator) * 0.01 * weight.std())
+    return model, reference, loaded.tokenizer
 
 
 def timed(work):
@@ -172,7 +194,9 @@ def mimir_scores(model, reference, tokenizer, texts, max_length):
     (lower = member) turned round so that higher = member, as privauditor's."""
     scores = {name: [] for name in ATTACKS}
     for text in texts:
-        ids = [tokenizer.bos_token_id, *tokenizer(text)["input_ids"]][:max_length]
+        ids = tokenizer(text)["input_ids"]  # MIMIR's tokenisation; the BOS privauditor puts first
+        ids = ([tokenizer.bos_token_id] if ids[:1] != [tokenizer.bos_token_id] else []) + ids
+        ids = ids[:max_length]
         logp, rows = _mimir_probabilities(model, ids, all_probs=True)
         loss = -np.mean(logp)
         k = int(len(logp) * 0.2)
@@ -291,6 +315,9 @@ def main() -> int:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--real", default="smollm2-135m", help="a registered pre-trained base to time too ('' for none)"
+    )
     parser.add_argument("--child-vocab", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -300,20 +327,24 @@ def main() -> int:
         )
         return 0
     tokenizer, examples = tokenizer_and_texts(args.texts)
-    shapes = {"real-shaped": (args.layers, args.hidden, args.vocab), "tiny": (2, 128, len(tokenizer))}
+    subjects = {
+        "real-shaped": lambda: (*[build_model(args.layers, args.hidden, args.vocab, s) for s in (0, 1)], tokenizer),
+        "tiny": lambda: (*[build_model(2, 128, len(tokenizer), s) for s in (0, 1)], tokenizer),
+    }  # fmt: skip
+    if args.real:
+        subjects[args.real] = lambda: real_base(args.real)
     rows, figures = [], {}
-    for label, (layers, hidden, vocab) in shapes.items():
-        model, reference = build_model(layers, hidden, vocab, 0), build_model(layers, hidden, vocab, 1)
-        got = compare(
-            model, reference, tokenizer, examples, args.max_length, args.batch_size, args.naive_texts
-        )
-        mimir = against_mimir(
-            model, reference, tokenizer, examples, args.max_length, args.batch_size, args.texts
-        )
-        rows.append([label, f"{layers}x{hidden}, V {vocab}", round(got["forward_s"], 2), round(got["bucketed_forward_s"], 2),
+    for label, build in subjects.items():
+        model, reference, tok = build()
+        config = model.config
+        shape = f"{config.num_hidden_layers}x{config.hidden_size}, V {config.vocab_size}"
+        got = compare(model, reference, tok, examples, args.max_length, args.batch_size, args.naive_texts)
+        mimir = against_mimir(model, reference, tok, examples, args.max_length, args.batch_size, args.texts)
+        rows.append([label, shape, round(got["forward_s"], 2), round(got["bucketed_forward_s"], 2),
                      round(got["privauditor_s"], 2), round(got["naive_s"], 1), round(got["vectorised_naive_s"], 1),
-                     f"{got['max_abs_diff']:.1e}"])  # fmt: skip
-        suffix = "" if label == "real-shaped" else "_tiny"
+                     f"{got['max_abs_diff']:.1e}", round(mimir["mimir_s"], 1), round(mimir["privauditor_with_reference_s"], 1),
+                     f"{max(mimir['rel_diff'].values()):.1e}"])  # fmt: skip
+        suffix = {"real-shaped": "", "tiny": "_tiny"}.get(label, "_real")
         figures[f"overhead_vs_forward{suffix}"] = round(got["privauditor_s"] / got["forward_s"], 3)
         figures[f"overhead_vs_bucketed_forward{suffix}"] = round(
             got["privauditor_s"] / got["bucketed_forward_s"], 3
@@ -322,6 +353,7 @@ def main() -> int:
             mimir["mimir_s"] / mimir["privauditor_with_reference_s"], 2
         )
         figures[f"mimir_s{suffix}"] = round(mimir["mimir_s"], 2)
+        figures[f"mimir_texts{suffix}"] = mimir["texts"]
         figures[f"privauditor_with_reference_s{suffix}"] = round(mimir["privauditor_with_reference_s"], 2)
         figures[f"max_rel_diff_vs_mimir{suffix}"] = max(mimir["rel_diff"].values())
         figures[f"speedup_vs_naive{suffix}"] = round(got["naive_s"] / got["privauditor_s"], 1)
@@ -329,10 +361,12 @@ def main() -> int:
             got["vectorised_naive_s"] / got["privauditor_s"], 1
         )
         figures[f"max_abs_score_diff{suffix}"] = got["max_abs_diff"]
+        del model, reference
     print(f"{len(examples)} texts, max length {args.max_length}, batch {args.batch_size}, {args.threads} threads; "
           f"naive timed on {args.naive_texts} texts and scaled")  # fmt: skip
     print(render(["model", "shape", "forward s", "length-bucketed forward s", "privauditor s", "naive s",
-                  "vectorised naive s", "max |score diff|"], rows))  # fmt: skip
+                  "vectorised naive s", "max |score diff|", "MIMIR's loop s", "privauditor (+ reference) s",
+                  "max rel. diff vs MIMIR"], rows))  # fmt: skip
     memory = []
     for vocab in (8192, 65536):
         for label, env in (("", FIXED_MALLOC), ("_default_malloc", {})):

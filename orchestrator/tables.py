@@ -108,10 +108,14 @@ def checkpoints_table(audited: list) -> str:
 
 
 def adaptations_listing() -> str:
-    """Each technique with its default lr / epochs, the range of the rates chosen for it on the tiny bases
-    (``benchmarks/learning_rates.py``), and the families it cannot adapt."""
+    """Each technique with its default lr / epochs, the rates chosen for it on the tiny bases (a range)
+    and on the packaged real base (``benchmarks/learning_rates.py``), and the families it cannot adapt."""
     from privauditor.tasks.adaptations import ADAPTATIONS, chosen_rates
-    from privauditor.tasks.models import FAMILIES
+    from privauditor.tasks.models import FAMILIES, MODELS
+
+    def span(rates: list[float]) -> str:
+        rates = sorted(rates)
+        return "-" if not rates else f"{rates[0]:g}" + (f"-{rates[-1]:g}" if rates[-1] != rates[0] else "")
 
     rows = []
     for name, cls in ADAPTATIONS.items():
@@ -120,16 +124,17 @@ def adaptations_listing() -> str:
         other = {f: technique.default_lr_for(f) for f in FAMILIES.names() if f not in unsupported}
         other = {f: lr for f, lr in other.items() if lr != cls.default_lr}
         lr = " ".join([str(cls.default_lr), *(f"({f}: {v})" for f, v in other.items())])
-        chosen = sorted(chosen_rates(name).values())
-        tiny = (
-            "-"
-            if not chosen
-            else f"{chosen[0]:g}"
-            if chosen[0] == chosen[-1]
-            else f"{chosen[0]:g}-{chosen[-1]:g}"
-        )
-        rows.append([name, lr, tiny, cls.default_epochs, ", ".join(unsupported) or "-"])
-    headers = ["adaptation", "default lr", "lr on tiny bases", "default epochs", "unsupported families"]
+        chosen = chosen_rates(name)
+        by_source = {
+            source: span([r for m, r in chosen.items() if m in MODELS and MODELS.get(m).source == source])
+            for source in ("tiny", "package")
+        }
+        row = [name, lr, by_source["tiny"], by_source["package"], cls.default_epochs]
+        rows.append([*row, ", ".join(unsupported) or "-"])
+    headers = [
+        "adaptation", "default lr", "lr on tiny bases", "lr on packaged bases", "default epochs",
+        "unsupported families",
+    ]  # fmt: skip
     return render(headers, rows)
 
 

@@ -15,7 +15,7 @@ def build_adaptation(name: str, params: dict | None = None) -> Adaptation:
 
 
 def chosen_rates(name: str) -> dict[str, float]:
-    """The learning rates chosen for technique ``name`` on each tiny base by validation NLL
+    """The learning rates chosen for technique ``name`` on each base by validation NLL
     (``benchmarks/learning_rates.py``): base name -> rate."""
     from ._rates import RATES
 

@@ -49,7 +49,7 @@ class Adaptation:
 
     def default_lr_on(self, model: str, family: str) -> float:
         """The default learning rate on the base ``model``: the one chosen for it by validation NLL
-        (``benchmarks/learning_rates.py``, tiny bases), else the family's."""
+        (``benchmarks/learning_rates.py``), else the family's."""
         from ._rates import RATES
 
         return RATES.get(self.name, {}).get(model) or self.default_lr_for(family)

@@ -1,9 +1,9 @@
-"""Learning rates of each technique on each tiny base, chosen by validation NLL under the constant
+"""Learning rates of each technique on each base, chosen by validation NLL under the constant
 schedule (the rule and the command: ``benchmarks/learning_rates.py``). Written by that script.
 """
 
-#: the settings they were chosen with
-SETTINGS = {
+#: the settings they were chosen with, one block per run (its ``models``)
+SETTINGS = [{
     "batch_size": 8,
     "checkpoints": [0.25, 0.5, 1, 2, 4],
     "datasets": ["finance", "sql"],
@@ -28,9 +28,9 @@ SETTINGS = {
         "ptuning",
     ],
     "validation": 32,
-}
+}]
 
-#: technique -> tiny base -> learning rate
+#: technique -> base -> learning rate
 RATES: dict[str, dict[str, float]] = {
     "adapter_h": {
         "tiny-bloom": 0.01,
