@@ -157,10 +157,19 @@ def _report(args: argparse.Namespace) -> int:
         from privauditor.tasks.cell import check_results_dir
 
         check_results_dir(results.local)
+    other = None
+    if args.against:  # read, never written
+        from pathlib import Path
+
+        from .leaderboard import rows
+
+        if not (Path(args.against) / "cells").is_dir():
+            raise PrivauditorError(f"--against {args.against} is not a results folder (no cells/ inside)")
+        other = (Path(args.against).resolve().name, rows(Path(args.against)))
     found = leaderboard(results)
     print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
     print(f"leaderboard: {results.local / 'leaderboard.html'} ({len(found)} rows)")
-    print(write_findings(results, found, args.attack))
+    print(write_findings(results, found, args.attack, other))
     print(f"findings: {results.local / 'findings.md'}")
     print(tables.stages_table(results.local))
     return 0
@@ -310,6 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dir", help="results folder")
     report.add_argument(
         "--attack", default="loss", help="the attack the findings compare techniques under (default: loss)"
+    )
+    report.add_argument(
+        "--against",
+        metavar="OTHER",
+        help="another results folder: rank its techniques alike and compare the orders (e.g. the tiny "
+        "bases' results/default against results/real)",
     )
     report.set_defaults(handler=_report)
 

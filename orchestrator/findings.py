@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import blocks as blk
+from .against import against
 from .answer import answer
 from .battery import ALPHA, Battery, run
 from .defences import defence_table, duplication_table, violations
@@ -66,8 +67,11 @@ def battery_of(
     return run(blk.values(picked), hypothesis), picked
 
 
-def findings(out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK) -> str:
-    """``findings.md`` of the results folder ``out`` whose leaderboard rows are ``rows``."""
+def findings(
+    out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK, other: tuple | None = None
+) -> str:
+    """``findings.md`` of the results folder ``out`` whose leaderboard rows are ``rows``; ``other``, a
+    (name, rows) pair of another results folder, adds a section ranking both alike (:mod:`.against`)."""
     out = Path(out)
     hypothesis, registration = of_results(out, rows)
     own = hypothesis is not None and hypothesis.attack == attack
@@ -93,6 +97,8 @@ def findings(out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK
         "picked": picked,
     }
     lines = ["# Findings", ""] + violations(rows) + answer(out, main, context)
+    if other is not None:
+        lines += against(rows, other[1], (out.name, other[0]), attack, view)
     extra = defence_table(rows, attack) + duplication_table(out, rows, attack)
     if not found:
         return "\n".join(lines + [f"No finished undefended cell ran `{attack}`.", ""] + extra)

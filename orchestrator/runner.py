@@ -36,13 +36,16 @@ def leaderboard(results: Results) -> list[dict[str, Any]]:
     return found
 
 
-def write_findings(results: Results, found: list[dict[str, Any]], attack: str = "loss") -> str:
-    """``findings.md`` and the privacy–utility plots from the leaderboard rows ``found``; returns the text."""
+def write_findings(
+    results: Results, found: list[dict[str, Any]], attack: str = "loss", other: tuple | None = None
+) -> str:
+    """``findings.md`` and the privacy–utility plots from the leaderboard rows ``found`` (``other``: a
+    (name, rows) pair of another folder to rank against); returns the text."""
     from .findings import findings
     from .leaderboard import write_html
     from .plots import privacy_utility_pngs
 
-    text = findings(results.local, found, attack)
+    text = findings(results.local, found, attack, other)
     write_text(results.local / "findings.md", text)
     results.upload("findings.md")
     for path in privacy_utility_pngs(found, attack, results.local / "plots" / "privacy_utility"):
