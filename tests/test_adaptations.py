@@ -169,8 +169,18 @@ def test_ls_adaptations_lists_unsupported_pairs(capsys):
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
     assert "bloom, gpt2, gptj, opt, t5" in rows["llama_adapter"]
     assert rows["lora"].rstrip().endswith("-")
-    lora = sorted(chosen_rates("lora").values())  # the range of rates chosen on the tiny bases
-    assert f"{lora[0]:g}" in rows["lora"] and f"{lora[-1]:g}" in rows["lora"]
+    from privauditor.tasks.models import MODELS
+
+    chosen = chosen_rates("lora")
+    tiny = sorted(r for m, r in chosen.items() if MODELS.get(m).source == "tiny")
+    packaged = sorted(r for m, r in chosen.items() if MODELS.get(m).source == "package")
+    columns = rows["lora"].split()  # name, default lr, tiny range, packaged range, epochs, unsupported
+
+    def span(rates):
+        return "-" if not rates else "-".join(dict.fromkeys(f"{r:g}" for r in (rates[0], rates[-1])))
+
+    assert columns[2] == span(tiny) and columns[2] != "-"
+    assert columns[3] == span(packaged)
 
 
 def test_every_technique_documents_its_defaults():
