@@ -6,7 +6,8 @@ records no sweep's split draws from, so no audited record ever chose a rate) at 
 factor √10 apart, snapshotting at the default sweep's checkpoint schedule; a
 rate's figure is its lowest validation NLL over the checkpoints (the checkpoint a practitioner would
 keep), averaged over the datasets; the chosen rate has the lowest figure (ties: the smaller rate). The
-ladder starts at the technique's class default and one step either side, and grows a step past an end
+ladder starts at the technique's class default (``--start-decades D``: at 10^D times it, a start
+only, for cost: the walk below still decides) and one step either side, and grows a step past an end
 whenever the best rate sits on it, so the choice is never at an edge of what was tried. ``--write``
 stores the choice in ``tasks/adaptations/_rates.py`` beside the settings it was made with (one block per
 run: a run over other bases replaces only their rates), which cells on those bases read (a sweep's
@@ -15,7 +16,7 @@ run: a run over other bases replaces only their rates), which cells on those bas
 Run (the tiny bases; the real base, at the ``real`` sweep's size, docs/real-base.md)::
 
     python benchmarks/learning_rates.py --write
-    python benchmarks/learning_rates.py --models smollm2-135m --datasets finance --members 24 --write
+    python benchmarks/learning_rates.py --models smollm2-135m --datasets finance --members 24 --start-decades -1 --write
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ def main() -> None:
     parser.add_argument(
         "--techniques", nargs="+", default=[n for n in ADAPTATIONS.names() if build_adaptation(n).trains]
     )
+    parser.add_argument(
+        "--start-decades", type=float, default=0.0, help="start the ladder at 10^D times the class default"
+    )
     parser.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="torch threads")
     parser.add_argument("--write", action="store_true", help=f"store the choice in {RATES_FILE.name}")
     parser.add_argument("--json", type=Path, help="also write the settings and the choice to this file")
@@ -115,6 +119,10 @@ def main() -> None:
         settings = parts[0]["settings"] | {  # runs split by base or by technique
             key: sorted({x for p in parts for x in p["settings"][key]}) for key in ("models", "techniques")
         }
+        if len({p["settings"].get("start_decades", 0.0) for p in parts}) > 1:  # where each ladder began
+            settings["start_decades"] = {
+                t: p["settings"].get("start_decades", 0.0) for p in parts for t in p["settings"]["techniques"]
+            }
         print(render(HEADER, [row for part in parts for row in part["table"]]))
         if args.write:
             write_rates(settings, chosen)
@@ -131,7 +139,8 @@ def main() -> None:
             figure, loaded, technique, splits, checkpoints=args.checkpoints, max_length=args.max_length,
             batch_size=args.batch_size,
         )  # fmt: skip
-        best, tried = choose(measure, adaptation.default_lr_for(loaded.family.name))  # the class default
+        start = adaptation.default_lr_for(loaded.family.name) * 10.0**args.start_decades  # the class default
+        best, tried = choose(measure, start)
         chosen.setdefault(technique, {})[model_name] = best
         ladder = "  ".join(f"{lr:g}:{nll:.3f}" for lr, nll in sorted(tried.items()))
         rows.append(
