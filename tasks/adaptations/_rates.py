@@ -3,36 +3,79 @@ schedule (the rule and the command: ``benchmarks/learning_rates.py``). Written b
 """
 
 #: the settings they were chosen with, one block per run (its ``models``)
-SETTINGS = [{
-    "batch_size": 8,
-    "checkpoints": [0.25, 0.5, 1, 2, 4],
-    "datasets": ["finance", "sql"],
-    "max_length": 96,
-    "members": 64,
-    "models": ["tiny-bloom", "tiny-gpt2", "tiny-gptj", "tiny-llama", "tiny-opt", "tiny-t5"],
-    "pool": "reserved",
-    "profile": "default",
-    "seed": 0,
-    "techniques": [
-        "adapter_h",
-        "adapter_p",
-        "full",
-        "head",
-        "head_lora",
-        "ia3",
-        "llama_adapter",
-        "lora",
-        "parallel",
-        "prefix",
-        "prompt",
-        "ptuning",
-    ],
-    "validation": 32,
-}]
+SETTINGS = [
+    {
+        "batch_size": 8,
+        "checkpoints": [0.25, 0.5, 1, 2, 4],
+        "datasets": ["finance", "sql"],
+        "max_length": 96,
+        "members": 64,
+        "models": ["tiny-bloom", "tiny-gpt2", "tiny-gptj", "tiny-llama", "tiny-opt", "tiny-t5"],
+        "pool": "reserved",
+        "profile": "default",
+        "seed": 0,
+        "techniques": [
+            "adapter_h",
+            "adapter_p",
+            "full",
+            "head",
+            "head_lora",
+            "ia3",
+            "llama_adapter",
+            "lora",
+            "parallel",
+            "prefix",
+            "prompt",
+            "ptuning",
+        ],
+        "validation": 32,
+    },
+    {
+        "batch_size": 8,
+        "checkpoints": [0.25, 0.5, 1, 2, 4],
+        "datasets": ["finance"],
+        "max_length": 96,
+        "members": 24,
+        "models": ["smollm2-135m"],
+        "pool": "reserved",
+        "profile": "default",
+        "seed": 0,
+        "start_decades": {
+            "adapter_h": 0.0,
+            "adapter_p": -1.0,
+            "full": 0.0,
+            "head": -1.0,
+            "head_lora": -1.0,
+            "ia3": -1.0,
+            "llama_adapter": -1.0,
+            "lora": 0.0,
+            "parallel": -1.0,
+            "prefix": -1.0,
+            "prompt": -1.0,
+            "ptuning": -1.0,
+        },
+        "techniques": [
+            "adapter_h",
+            "adapter_p",
+            "full",
+            "head",
+            "head_lora",
+            "ia3",
+            "llama_adapter",
+            "lora",
+            "parallel",
+            "prefix",
+            "prompt",
+            "ptuning",
+        ],
+        "validation": 32,
+    },
+]
 
 #: technique -> base -> learning rate
 RATES: dict[str, dict[str, float]] = {
     "adapter_h": {
+        "smollm2-135m": 0.0003,
         "tiny-bloom": 0.01,
         "tiny-gpt2": 0.03,
         "tiny-gptj": 0.03,
@@ -41,6 +84,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.03,
     },
     "adapter_p": {
+        "smollm2-135m": 0.001,
         "tiny-bloom": 0.03,
         "tiny-gpt2": 0.3,
         "tiny-gptj": 0.1,
@@ -49,6 +93,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.03,
     },
     "full": {
+        "smollm2-135m": 0.0003,
         "tiny-bloom": 0.003,
         "tiny-gpt2": 0.01,
         "tiny-gptj": 0.01,
@@ -57,6 +102,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.01,
     },
     "head": {
+        "smollm2-135m": 0.001,
         "tiny-bloom": 0.01,
         "tiny-gpt2": 0.03,
         "tiny-gptj": 0.01,
@@ -65,6 +111,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.1,
     },
     "head_lora": {
+        "smollm2-135m": 0.003,
         "tiny-bloom": 0.03,
         "tiny-gpt2": 0.03,
         "tiny-gptj": 0.03,
@@ -73,6 +120,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.1,
     },
     "ia3": {
+        "smollm2-135m": 0.03,
         "tiny-bloom": 0.3,
         "tiny-gpt2": 0.3,
         "tiny-gptj": 1.0,
@@ -80,8 +128,9 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-opt": 0.3,
         "tiny-t5": 0.3,
     },
-    "llama_adapter": {"tiny-llama": 0.3},
+    "llama_adapter": {"smollm2-135m": 0.03, "tiny-llama": 0.3},
     "lora": {
+        "smollm2-135m": 0.001,
         "tiny-bloom": 0.01,
         "tiny-gpt2": 0.01,
         "tiny-gptj": 0.03,
@@ -90,6 +139,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.01,
     },
     "parallel": {
+        "smollm2-135m": 0.003,
         "tiny-bloom": 0.01,
         "tiny-gpt2": 0.03,
         "tiny-gptj": 0.03,
@@ -98,6 +148,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.01,
     },
     "prefix": {
+        "smollm2-135m": 0.003,
         "tiny-bloom": 0.03,
         "tiny-gpt2": 0.03,
         "tiny-gptj": 0.1,
@@ -106,6 +157,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.01,
     },
     "prompt": {
+        "smollm2-135m": 0.1,
         "tiny-bloom": 0.1,
         "tiny-gpt2": 0.03,
         "tiny-gptj": 1.0,
@@ -114,6 +166,7 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 30.0,
     },
     "ptuning": {
+        "smollm2-135m": 0.03,
         "tiny-bloom": 0.003,
         "tiny-gpt2": 0.003,
         "tiny-gptj": 0.1,
