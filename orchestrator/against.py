@@ -1,7 +1,7 @@
 """One results folder's ranking against another's: does the order of techniques carry over?
 
 ``privauditor report DIR --against OTHER`` adds a section to ``DIR/findings.md`` that ranks the
-techniques of both folders by the same battery (:func:`privauditor.orchestrator.findings.battery_of`:
+techniques of both folders by the same battery (:func:`privauditor.orchestrator.battery.battery_of`:
 the same attack, the same view, each folder over its own complete blocks), and for the techniques ranked
 in both gives:
 
@@ -24,6 +24,8 @@ import numpy as np
 from scipy.stats import kendalltau, rankdata
 
 from . import blocks as blk
+from .battery import battery_of
+from .defences import _table
 
 #: the AUC a technique's members must reach to count as identifiable
 CANARY_AUC = 0.95
@@ -58,8 +60,6 @@ def against(
     view: str = "last",
 ) -> list[str]:
     """The Markdown section comparing the rows ``here`` with ``there`` (``names``: how each is called)."""
-    from .findings import _table, battery_of
-
     ours, theirs = battery_of(here, attack, view)[0], battery_of(there, attack, view)[0]
     title = [f"## Against {names[1]}", ""]
     if ours is None or theirs is None:
@@ -87,7 +87,7 @@ def against(
     header = ["technique", f"rank, {names[0]}", f"rank, {names[1]}", f"mean AUC, {names[0]}",
               f"mean AUC, {names[1]}", f"first epoch to AUC ≥ {CANARY_AUC}, {names[0]}",
               f"first epoch to AUC ≥ {CANARY_AUC}, {names[1]}"]  # fmt: skip
-    lines += [_table(header, body), ""]
+    lines += _table(header, body)
     if len(shared) >= 3:
         tau = kendalltau(a, b)
         lines.append(

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import blocks as blk
 from . import ranking
 from .cd_diagram import cliques, draw
 
@@ -82,6 +83,14 @@ def run(values: dict[Any, dict[str, float]], hypothesis: Any = None, seed: int =
     if hypothesis is not None:
         found.page, found.page_problem = _page(found, hypothesis)
     return found
+
+
+def battery_of(
+    rows: list[dict[str, Any]], attack: str, view: str, hypothesis: Any = None
+) -> tuple[Battery | None, dict]:
+    """The battery of one (attack, view) and the rows it picked (block → technique → seed → row)."""
+    picked = blk.chosen(blk.trajectories(rows, attack), view)
+    return run(blk.values(picked), hypothesis), picked
 
 
 def _partial(values: dict[Any, dict[str, float]], ranked: list[str]) -> dict[str, dict[str, Any]]:

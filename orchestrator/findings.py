@@ -35,7 +35,7 @@ import numpy as np
 from . import blocks as blk
 from .against import against
 from .answer import answer
-from .battery import ALPHA, Battery, run
+from .battery import ALPHA, Battery, battery_of, run
 from .defences import defence_table, duplication_table, violations
 from .hypothesis import of_results
 from .matched import MARGIN, matched
@@ -57,14 +57,6 @@ def _fmt(value: float | None) -> str:
 def _table(header: list[str], body: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
-
-
-def battery_of(
-    rows: list[dict[str, Any]], attack: str, view: str, hypothesis: Any = None
-) -> tuple[Battery | None, dict]:
-    """The battery of one (attack, view) and the rows it picked (block → technique → seed → row)."""
-    picked = blk.chosen(blk.trajectories(rows, attack), view)
-    return run(blk.values(picked), hypothesis), picked
 
 
 def findings(
