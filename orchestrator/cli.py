@@ -260,13 +260,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("sweep", help="sweep YAML or shipped sweep name")
     plan.add_argument(
-        "--cluster", help="Ray cluster YAML whose node types run it, or a shipped one: aws, gcp (default: this machine)"
+        "--cluster",
+        help="Ray cluster YAML whose node types run it, or a shipped one: aws, gcp (default: this machine)",
     )
     plan.add_argument("--prices", help="price table YAML (default: clusters/prices.yaml)")
     plan.add_argument("--budget-usd", type=float, help="say which part of the sweep this budget pays for")
-    plan.add_argument("--calibrate", metavar="RESULTS", help="fit the device rates to a finished sweep's timings")
     plan.add_argument(
-        "--compare", metavar="RESULTS", help="set the predicted per-cell times against a finished run of SWEEP"
+        "--calibrate", metavar="RESULTS", help="fit the device rates to a finished sweep's timings"
+    )
+    plan.add_argument(
+        "--compare",
+        metavar="RESULTS",
+        help="set the predicted per-cell times against a finished run of SWEEP",
     )
     plan.add_argument(
         "--params", action="append", default=[], metavar="ID=SIZE:FAMILY|ID=CONFIG",
