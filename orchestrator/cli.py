@@ -178,16 +178,16 @@ def _report(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from privauditor.tasks.audit import run_audit
-    from privauditor.tasks.config import cell_config
+    from privauditor.tasks.audit import audit_config, run_audit
 
     from .leaderboard import build
     from .plots import roc_png
 
-    settings = {"model": args.model, "adaptation": "none", "dataset": args.members}
-    config = cell_config(settings, args.set or [])
+    config = audit_config(args.model, args.members, args.set or [])
     out = Path(args.out)
     outcome = run_audit(args.model, args.members, args.nonmembers, out, args.adapter, args.reference, config)
+    for warning in outcome.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"audit {outcome.cell_id} {'already done' if outcome.skipped else 'done'}: {outcome.path}")
     print(tables.metrics_table(outcome.metrics))
     png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="attacks=[...], attack_params.*, score.*, train.max_length",
+        help="attacks=[...], attack_params.*, score.*, seed, train.max_length (nothing else applies)",
     )
     audit.set_defaults(handler=_audit)
 

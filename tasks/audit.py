@@ -5,7 +5,8 @@ adapter directory on top: a standard peft adapter (``adapter_config.json``) or o
 cell (``adaptation.json``). The reference model for the ``reference`` attack is ``--reference`` or, with
 an adapter, the adapter's base; a full checkpoint without ``--reference`` skips that attack with a note.
 Members and non-members are files the dataset loader reads (JSONL / CSV / Parquet with a ``text`` column
-or ``prompt`` + ``target``, optional ``id``; ``.txt`` one record per line). Outputs follow the cell
+or ``prompt`` + ``target``, optional ``id``; ``.txt`` one record per line), checked before anything is
+built or loaded (overlap, too few records, near-duplicates: ``audit_inputs.py``). Outputs follow the cell
 contract under ``OUT/cells/<audit id>/``, so ``privauditor report OUT`` includes them.
 """
 
@@ -17,23 +18,32 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .audit_inputs import check_inputs, read_records
 from .cache import stable_hash
 from .cell import CellOutcome, check_context, check_results_dir
 from .config import CellConfig
-from .datasets import Example, content_hash, load_dataset
+from .datasets import content_hash
 from .errors import PrivauditorError, one_line
 from .provenance import directory_hash, versions
 from .signals import write_json
 from .spec import slug
 
+#: what ``--set`` may change in an audit (it trains nothing and draws no split)
+SETTABLE = ("attacks", "attack_params", "score", "seed", "train.max_length")
 
-def _records(path: str, tag: str) -> list[Example]:
-    if not Path(path).is_file():
-        raise PrivauditorError(f"no such file: {path}")
-    examples = load_dataset(path).examples
-    if not examples:
-        raise PrivauditorError(f"{path}: no usable records")
-    return [Example(f"{tag}:{e.sample_id}", e.prompt, e.target) for e in examples]
+
+def audit_config(model: str, members: str, assignments: list[str]) -> CellConfig:
+    """The audit's settings: ``assignments`` may set only what an audit reads (:data:`SETTABLE`)."""
+    from .config import cell_config, parse_assignment
+
+    for text in assignments:
+        key = ".".join(parse_assignment(text)[0])
+        if not any(key == k or key.startswith(k + ".") for k in SETTABLE):
+            raise PrivauditorError(
+                f"--set {key}: an audit does not read it (it trains nothing and draws no split); it reads "
+                "attacks, attack_params.*, score.*, seed, train.max_length"
+            )
+    return cell_config({"model": model, "adaptation": "none", "dataset": members}, assignments)
 
 
 def load_adapted(model: str, adapter: str | None) -> tuple[Any, str, int]:
@@ -92,8 +102,9 @@ def run_audit(
     from .models import load_model, weights_identity
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
-    spec = config.resolve()
-    parts = {"members": _records(members, "m"), "nonmembers": _records(nonmembers, "n")}
+    parts = {"members": read_records(members, "m"), "nonmembers": read_records(nonmembers, "n")}
+    warnings = check_inputs(parts["members"], parts["nonmembers"], len(config.attacks))
+    spec = config.resolve()  # identities: may build what the attacks need, so after the checks
     adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
     texts = content_hash([*parts["members"], *parts["nonmembers"]])
     key = [model, adapter_hash, reference, texts, spec.to_dict()]
@@ -103,7 +114,8 @@ def run_audit(
     out = Path(out)
     cell_dir = out / "cells" / audit_id
     if (cell_dir / "DONE").exists():
-        return CellOutcome(audit_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
+        found = json.loads((cell_dir / "metrics.json").read_text())
+        return CellOutcome(audit_id, cell_dir, found, True, tuple(warnings))
     check_results_dir(out)
     loaded, technique, trainable = load_adapted(model, adapter)
     max_length = spec.train.max_length
@@ -140,6 +152,7 @@ def run_audit(
             "reference": base_name,
             "members": members,
             "nonmembers": nonmembers,
+            "warnings": warnings,
         },
         "provenance": {"adaptation_hash": adapter_hash, "texts": texts},
         "views": found.views,
@@ -166,4 +179,4 @@ def run_audit(
     }
     write_json(cell_dir / "cell.json", record)
     write_json(cell_dir / "DONE", {"cell_id": audit_id})
-    return CellOutcome(audit_id, cell_dir, found.metrics, False)
+    return CellOutcome(audit_id, cell_dir, found.metrics, False, tuple(warnings))

@@ -53,6 +53,7 @@ class CellOutcome:
     path: Path
     metrics: dict[str, Any]
     skipped: bool  # already DONE before this call
+    warnings: tuple[str, ...] = ()  # what was weak about the inputs (an audit's; tasks/audit_inputs.py)
 
 
 def check_results_dir(out: Path) -> None:

@@ -104,3 +104,9 @@ def test_audit_an_adapter_saved_by_a_cell_and_a_full_checkpoint(tmp_path, capsys
         )
         == 2
     )
+    # audits are not benchmark cells: the board refuses a folder of them in one line, and adds nothing
+    capsys.readouterr()
+    assert main(["board", "add", str(out), str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds audits of a user's own model (3), not benchmark cells" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "store").exists()

@@ -29,8 +29,8 @@ def sweep_file(tmp, **changes):
     return write(tmp / "sweep.yaml", yaml.safe_dump(data | changes))
 
 
-def records(tmp, n, name="few.jsonl"):
-    return write(tmp / name, "".join(json.dumps({"text": f"record {i} {CANARY}"}) + "\n" for i in range(n)))
+def records(tmp, n, name="few.jsonl", word="record"):
+    return write(tmp / name, "".join(json.dumps({"text": f"{word} {i} {CANARY}"}) + "\n" for i in range(n)))
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def corrupted(tmp, adapter):
 
 def audit(tmp, model, adapter):
     return ["audit", "--model", model, "--adapter", str(adapter), "--members", records(tmp, 12, "m.jsonl"),
-            "--nonmembers", records(tmp, 12, "n.jsonl")]  # fmt: skip
+            "--nonmembers", records(tmp, 12, "n.jsonl", "other")]  # fmt: skip
 
 
 # (case, argv builder (tmp, out, adapter) -> argv, fragment of the one-line error)

@@ -138,7 +138,8 @@ def run_id(results: Any) -> str:
 
 
 def from_results(location: str | Path, supersedes: dict[tuple, str] | None = None) -> list[dict[str, Any]]:
-    """Every record of a results folder (a path or an object-store URI), in cell and step order.
+    """Every record of a results folder (a path or an object-store URI), in cell and step order; audits
+    (``privauditor audit``) are not benchmark cells and are left out (a folder of audits only is refused).
     ``supersedes`` maps (model, technique, dataset, seed, step) to the key of a record these replace."""
     from privauditor.orchestrator.leaderboard import rows
     from privauditor.orchestrator.storage import Results
@@ -153,9 +154,18 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     by_cell: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for row in rows(results.local):
         by_cell.setdefault((row["cell_id"], row["step"]), []).append(row)
+    cells = {c: json.loads((results.local / "cells" / c / "cell.json").read_text()) for c, _ in by_cell}
+    audits = {c for c, cell in cells.items() if "audit" in cell}
+    if audits and audits == set(cells):
+        raise PrivauditorError(
+            f"{location} holds audits of a user's own model ({len(audits)}), not benchmark cells: the board "
+            "compares benchmark runs; an audit's result is its own report"
+        )
     records = []
     for (cell_id, step), found in by_cell.items():
-        cell = json.loads((results.local / "cells" / cell_id / "cell.json").read_text())
+        if cell_id in audits:  # a third-party audit beside benchmark cells is left out of the board
+            continue
+        cell = cells[cell_id]
         checkpoint = next(c for c in cell["checkpoints"] if c["step"] == step)
         record = _record(run, cell, checkpoint, found)
         named = (supersedes or {}).get(identity(record))
