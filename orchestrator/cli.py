@@ -185,7 +185,10 @@ def _audit(args: argparse.Namespace) -> int:
 
     config = audit_config(args.model, args.members, args.set or [])
     out = Path(args.out)
-    outcome = run_audit(args.model, args.members, args.nonmembers, out, args.adapter, args.reference, config)
+    outcome = run_audit(
+        args.model, args.members, args.nonmembers, out, args.adapter, args.reference, config, args.revision,
+        args.dtype,
+    )  # fmt: skip
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"audit {outcome.cell_id} {'already done' if outcome.skipped else 'done'}: {outcome.path}")
@@ -300,7 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser(
         "audit", help="attack your own adapted model on your member / non-member files"
     )
-    audit.add_argument("--model", required=True, help="Hugging Face id or local checkpoint directory")
+    audit.add_argument(
+        "--model",
+        required=True,
+        help="Hugging Face id (gpt2, org/name), local checkpoint directory or base name",
+    )
+    audit.add_argument("--revision", help="the Hugging Face id's branch, tag or commit (default: main)")
+    audit.add_argument("--dtype", help="float32 (default), bfloat16 or float16: the weights as loaded")
     audit.add_argument("--adapter", help="peft adapter directory, or a cell's adapter/ directory")
     audit.add_argument(
         "--reference", help="reference model for the reference attack (default: the adapter's base)"

@@ -46,7 +46,7 @@ def audit_config(model: str, members: str, assignments: list[str]) -> CellConfig
     return cell_config({"model": model, "adaptation": "none", "dataset": members}, assignments)
 
 
-def load_adapted(model: str, adapter: str | None) -> tuple[Any, str, int]:
+def load_adapted(model: str | Any, adapter: str | None) -> tuple[Any, str, int]:
     """The loaded model with the adapter applied, the adapter's name, and its trainable-parameter count."""
     from .adaptations import build_adaptation
     from .models import load_model
@@ -76,7 +76,9 @@ def load_adapted(model: str, adapter: str | None) -> tuple[Any, str, int]:
         raise
     except Exception as exc:  # corrupted weights, or an adapter saved for another base
         kind = "unreadable safetensors" if "safetensor" in repr(exc).lower() else "does not fit this base"
-        raise PrivauditorError(f"adapter {adapter} {kind} (model {model}): {one_line(exc)}") from None
+        raise PrivauditorError(
+            f"adapter {adapter} {kind} (model {loaded.spec.name}): {one_line(exc)}"
+        ) from None
     loaded.model = adapted.eval()
     added = sum(p.numel() for p in adapted.parameters()) - before
     return loaded, name, max(added, 0)
@@ -96,10 +98,12 @@ def run_audit(
     adapter: str | None = None,
     reference: str | None = None,
     config: CellConfig | None = None,
+    revision: str | None = None,
+    dtype: str | None = None,
 ) -> CellOutcome:
     """Score, attack and measure ``model`` (+ ``adapter``) on the given members and non-members."""
     from .evaluate import Reference, Scorer, evaluate, identity_of
-    from .models import load_model, weights_identity
+    from .models import load_model, resolve_model, weights_identity
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
     parts = {"members": read_records(members, "m"), "nonmembers": read_records(nonmembers, "n")}
@@ -107,7 +111,10 @@ def run_audit(
     spec = config.resolve()  # identities: may build what the attacks need, so after the checks
     adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
     texts = content_hash([*parts["members"], *parts["nonmembers"]])
+    model_spec = resolve_model(model, revision, dtype)
     key = [model, adapter_hash, reference, texts, spec.to_dict()]
+    if revision or dtype:  # (absent before these options: earlier audits keep their ids)
+        key.append({"revision": revision, "dtype": dtype})
     audit_id = "__".join(
         ["audit", slug(model), slug(Path(adapter).name if adapter else "checkpoint"), stable_hash(key, 8)]
     )
@@ -117,13 +124,13 @@ def run_audit(
         found = json.loads((cell_dir / "metrics.json").read_text())
         return CellOutcome(audit_id, cell_dir, found, True, tuple(warnings))
     check_results_dir(out)
-    loaded, technique, trainable = load_adapted(model, adapter)
+    loaded, technique, trainable = load_adapted(model_spec, adapter)
     max_length = spec.train.max_length
     check_context(max_length, virtual_tokens(loaded.model), loaded, model)
     shutil.rmtree(cell_dir, ignore_errors=True)
     cell_dir.mkdir(parents=True)
     name = loaded.spec.name
-    weights = spec.base
+    weights = weights_identity(model_spec)
     target = Scorer(
         loaded.model, loaded.tokenizer, loaded.seq2seq,
         identity_of(loaded.model, loaded.tokenizer, name, weights, adapter_hash),
@@ -131,7 +138,7 @@ def run_audit(
     base_name = reference or (model if adapter else None)
     ref = None
     if base_name is not None:
-        base = load_model(base_name)
+        base = load_model(model_spec if base_name == model else base_name)
         base_weights = weights if base_name == model else weights_identity(base_name)
         identity = identity_of(base.model, base.tokenizer, base.spec.name, base_weights, "none")
         ref = Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
@@ -148,6 +155,8 @@ def run_audit(
         "config": spec.to_dict() | {"model": model, "adaptation": technique, "dataset": Path(members).name},
         "audit": {
             "model": model,
+            "revision": model_spec.revision,
+            "dtype": model_spec.dtype,
             "adapter": adapter,
             "reference": base_name,
             "members": members,

@@ -110,3 +110,38 @@ def test_audit_an_adapter_saved_by_a_cell_and_a_full_checkpoint(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert "holds audits of a user's own model (3), not benchmark cells" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "store").exists()
+
+
+def test_a_bare_hugging_face_id_resolves_from_the_local_hub_cache(tmp_path):
+    """``--model gpt2``: a name with no "/" that is no near miss of a registered base is a Hugging Face id,
+    read here from a hub cache the test writes (offline), at the dtype asked for."""
+    import os
+    import subprocess
+    import sys
+
+    from privauditor.tasks.models import load_model
+
+    commit = "0" * 40
+    snapshot = tmp_path / "hub" / "models--gpt2" / "snapshots" / commit
+    loaded = load_model("tiny-gpt2")
+    loaded.model.save_pretrained(snapshot)
+    loaded.tokenizer.save_pretrained(snapshot)
+    (tmp_path / "hub" / "models--gpt2" / "refs").mkdir()
+    (tmp_path / "hub" / "models--gpt2" / "refs" / "main").write_text(commit)
+    examples = load_dataset("climate").examples
+    members, nonmembers = tmp_path / "m.txt", tmp_path / "n.txt"
+    members.write_text("".join(e.text.replace("\n", " ") + "\n" for e in examples[:10]))
+    nonmembers.write_text("".join(e.text.replace("\n", " ") + "\n" for e in examples[10:20]))
+    argv = [*audit_argv("gpt2", members, nonmembers, tmp_path / "out"), "--dtype", "bfloat16"]
+    env = os.environ | {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "privauditor.orchestrator.cli", *argv, "--set", "attacks=[loss]"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (audit_dir,) = (tmp_path / "out" / "cells").glob("audit__gpt2__checkpoint__*")
+    record = json.loads((audit_dir / "cell.json").read_text())
+    assert record["audit"]["model"] == "gpt2" and record["audit"]["dtype"] == "bfloat16"
+    assert "auc" in json.loads((audit_dir / "metrics.json").read_text())["loss"]
+    signals = pq.read_schema(tmp_path / "out" / record["views"]["loss"]["signals"])
+    (scored,) = json.loads(signals.metadata[b"privauditor.view_key"])["models"]
+    assert scored["name"] == "gpt2" and scored["weights"] == "revision:main"
+    assert scored["dtype"] == "torch.bfloat16"  # the weights were scored as loaded

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import logging
@@ -64,6 +65,8 @@ __all__ = [
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
+#: how close (difflib ratio) a name must be to a registered one to be taken for its typo, not a hub id
+NEAR_NAME = 0.8
 
 
 def family_for_model_type(model_type: str, where: str) -> Family:
@@ -80,8 +83,10 @@ def family_for_model_type(model_type: str, where: str) -> Family:
 def resolve_model(name: str, revision: str | None = None, dtype: str | None = None) -> ModelSpec:
     """The spec for a registered name, a local checkpoint directory, or a Hugging Face id.
 
-    Local directories are identified from ``config.json`` without loading weights. An unregistered
-    Hugging Face id needs its config from the hub (or the local HF cache) to learn its family.
+    Local directories are identified from ``config.json`` without loading weights. Any other name is a
+    Hugging Face id (``gpt2`` as well as ``org/name``), whose config comes from the hub or the local HF
+    cache to learn its family; a name within a typo of a registered one (``tiny-lama``) is an error that
+    suggests it.
     """
     if dtype is not None and dtype not in DTYPES:
         raise PrivauditorError(f"unknown dtype '{dtype}' (allowed: {', '.join(DTYPES)})")
@@ -102,10 +107,10 @@ def resolve_model(name: str, revision: str | None = None, dtype: str | None = No
             path=str(path.resolve()),
             **overrides,
         )
-    if "/" not in name or name.startswith((".", "/", "~")):
-        if name.startswith((".", "/", "~")):
-            raise PrivauditorError(f"model directory '{name}' does not exist")
-        raise UnknownNameError(
+    if name.startswith((".", "/", "~")):
+        raise PrivauditorError(f"model directory '{name}' does not exist")
+    if "/" not in name and difflib.get_close_matches(name, MODELS.names(), n=1, cutoff=NEAR_NAME):
+        raise UnknownNameError(  # a near miss of a registered name: a typo, not a Hugging Face id
             unknown_name_message("model", name, MODELS.names())
             + "; or give a Hugging Face id or a local directory"
         )
@@ -116,7 +121,8 @@ def resolve_model(name: str, revision: str | None = None, dtype: str | None = No
     except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PrivauditorError(
-            f"model '{name}' is not registered and its config cannot be loaded: {first_line}"
+            f"model '{name}' is not registered (privauditor ls models), not a local directory, and its "
+            f"config cannot be loaded as a Hugging Face id: {first_line}"
         ) from None
     family = family_for_model_type(config.model_type, f"model '{name}'")
     return ModelSpec(name=name, family=family.name, source="hub", path=name, **overrides)
