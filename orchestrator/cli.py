@@ -179,6 +179,7 @@ def _audit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from privauditor.tasks.audit import audit_config, run_audit
+    from privauditor.tasks.verdict import verdict
 
     from .leaderboard import build
     from .plots import roc_png
@@ -193,6 +194,11 @@ def _audit(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"audit {outcome.cell_id} {'already done' if outcome.skipped else 'done'}: {outcome.path}")
     print(tables.metrics_table(outcome.metrics))
+    found = verdict(outcome.path, args.nonmembers_from)
+    print("verdict: " + ("SHIFT" if found["shift"] and found["shift"]["detected"] else
+                         "LEAKAGE" if found["leakage"] else "nothing detected"))  # fmt: skip
+    for line in found["conclusion"]:
+        print(f"  {line}")
     png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     build(out)
     print(f"ROC (log-log): {png}")
@@ -318,6 +324,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--members", required=True, help="JSONL / CSV / Parquet (text, or prompt + target) or .txt"
     )
     audit.add_argument("--nonmembers", required=True, help="same formats as --members")
+    audit.add_argument(
+        "--nonmembers-from",
+        choices=["held-out", "collected"],
+        help="held-out: drawn at random from the same data before training; collected: gathered afterwards",
+    )
     audit.add_argument("--out", required=True, help="results folder")
     audit.add_argument(
         "--set",

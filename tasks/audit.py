@@ -21,13 +21,16 @@ from typing import Any
 from .audit_inputs import check_inputs, read_records
 from .cache import stable_hash
 from .cell import CellOutcome, check_context, check_results_dir
-from .config import CellConfig
+from .config import DEFAULT_ATTACKS, CellConfig
 from .datasets import content_hash
 from .errors import PrivauditorError, one_line
 from .provenance import directory_hash, versions
 from .signals import write_json
 from .spec import slug
 
+#: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which
+#: tells a shift between the files from leakage (``verdict.py``)
+AUDIT_ATTACKS = (*DEFAULT_ATTACKS, "blind")
 #: what ``--set`` may change in an audit (it trains nothing and draws no split)
 SETTABLE = ("attacks", "attack_params", "score", "seed", "train.max_length")
 
@@ -43,7 +46,8 @@ def audit_config(model: str, members: str, assignments: list[str]) -> CellConfig
                 f"--set {key}: an audit does not read it (it trains nothing and draws no split); it reads "
                 "attacks, attack_params.*, score.*, seed, train.max_length"
             )
-    return cell_config({"model": model, "adaptation": "none", "dataset": members}, assignments)
+    settings = {"model": model, "adaptation": "none", "dataset": members, "attacks": list(AUDIT_ATTACKS)}
+    return cell_config(settings, assignments)
 
 
 def load_adapted(model: str | Any, adapter: str | None) -> tuple[Any, str, int]:
@@ -102,12 +106,14 @@ def run_audit(
     dtype: str | None = None,
 ) -> CellOutcome:
     """Score, attack and measure ``model`` (+ ``adapter``) on the given members and non-members."""
+    from .attacks import ATTACKS
     from .evaluate import Reference, Scorer, evaluate, identity_of
     from .models import load_model, resolve_model, weights_identity
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
     parts = {"members": read_records(members, "m"), "nonmembers": read_records(nonmembers, "n")}
-    warnings = check_inputs(parts["members"], parts["nonmembers"], len(config.attacks))
+    attacks = [a for a in config.attacks if ATTACKS.get(a).access != "model-free"]  # the verdict's family
+    warnings = check_inputs(parts["members"], parts["nonmembers"], len(attacks))
     spec = config.resolve()  # identities: may build what the attacks need, so after the checks
     adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
     texts = content_hash([*parts["members"], *parts["nonmembers"]])

@@ -1,0 +1,89 @@
+"""An audit's verdict: one test over its attacks (Holm over one-sided Mann-Whitney tests), the blind
+control's shift test read first, and the smallest AUC the audit could have detected."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import mannwhitneyu
+
+from privauditor.orchestrator.cli import main
+from privauditor.tasks.metrics import auc_from_ranks
+from privauditor.tasks.verdict import attack_tests, detectable_auc
+
+from .test_audit import audit_argv
+
+
+def test_attack_tests_are_the_aucs_and_holm_over_one_sided_rank_tests():
+    rng = np.random.default_rng(0)
+    member = np.r_[np.ones(30, bool), np.zeros(40, bool)]
+    scores = {
+        "strong": (member, rng.normal(size=70) + 1.5 * member),
+        "weak": (member, rng.normal(size=70) + 0.3 * member),
+        "none": (member, rng.normal(size=70)),
+    }
+    found = attack_tests(scores)
+    for name, (m, s) in scores.items():
+        assert found[name]["auc"] == pytest.approx(auc_from_ranks(m, s))
+        assert found[name]["p"] == pytest.approx(mannwhitneyu(s[m], s[~m], alternative="greater").pvalue)
+    # Holm's step-down by hand: the k-th smallest p times (3 - k), made monotone, capped at 1
+    order = sorted(found, key=lambda n: found[n]["p"])
+    running = 0.0
+    for k, name in enumerate(order):
+        running = max(running, min(1.0, (3 - k) * found[name]["p"]))
+        assert found[name]["p_holm"] == pytest.approx(running)
+    assert found["strong"]["p_holm"] < 0.05 < found["none"]["p_holm"]
+
+
+def test_the_detectable_auc_has_the_stated_power_by_simulation():
+    """At the AUC it reports, binormal scores at these sizes are found by the one-sided Mann-Whitney test
+    at 0.05 / 7 in about 80 % of 2,000 draws; more records detect smaller AUCs."""
+    from scipy.stats import norm
+
+    n, m, attacks = 40, 60, 7
+    auc = detectable_auc(n, m, attacks)
+    rng = np.random.default_rng(1)
+    shift = np.sqrt(2) * norm.ppf(auc)
+    hits = [
+        mannwhitneyu(rng.normal(size=n) + shift, rng.normal(size=m), alternative="greater").pvalue < 0.05 / attacks
+        for _ in range(2000)
+    ]
+    assert 0.75 < np.mean(hits) < 0.85, (auc, np.mean(hits))
+    assert detectable_auc(400, 600, attacks) < auc < detectable_auc(20, 30, attacks)
+    assert detectable_auc(2, 3, attacks) is None
+
+
+def test_files_from_two_templates_get_the_shift_verdict_on_an_unadapted_base(tmp_path, capsys):
+    """Members written from one template and non-members from another, audited on a model that saw
+    neither: the blind control finds the shift and the verdict says so instead of calling it leakage."""
+    names = ["Alice", "Ravi", "Chen", "Olga", "Musa", "Ines", "Tomas", "Aiko"]
+    members = tmp_path / "members.jsonl"
+    nonmembers = tmp_path / "nonmembers.jsonl"
+    members.write_text(
+        "".join(
+            json.dumps({"text": f"Patient {i} named {names[i % 8]} was admitted on day {i % 28 + 1}."}) + "\n"
+            for i in range(40)
+        )
+    )
+    nonmembers.write_text(
+        "".join(
+            json.dumps({"text": f"Customer {i} named {names[(i + 3) % 8]} paid invoice {1000 + i} late."})
+            + "\n"
+            for i in range(40)
+        )
+    )
+    out = tmp_path / "out"
+    argv = [*audit_argv("tiny-gpt2", members, nonmembers, out), "--set", "attacks=[loss,zlib,min_k,blind]"]
+    assert main([*argv, "--nonmembers-from", "collected"]) == 0
+    printed = capsys.readouterr().out
+    assert "verdict: SHIFT" in printed and "measure that shift, not leakage" in printed
+    assert "collected after training" in printed
+    (audit_dir,) = (out / "cells").glob("audit__*")
+    found = json.loads((audit_dir / "verdict.json").read_text())
+    assert found["shift"]["detected"] and found["shift"]["p_value"] < 0.05
+    assert set(found["attacks"]) == {"loss", "zlib", "min_k"}  # the control is not in the family
+    metrics = json.loads((audit_dir / "metrics.json").read_text())
+    for name, test in found["attacks"].items():
+        assert test["auc"] == pytest.approx(metrics[name]["auc"], abs=1e-9)
