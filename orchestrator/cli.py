@@ -188,7 +188,7 @@ def _audit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     outcome = run_audit(
         args.model, args.members, args.nonmembers, out, args.adapter, args.reference, config, args.revision,
-        args.dtype,
+        args.dtype, args.chat_scored,
     )  # fmt: skip
     for warning in outcome.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -328,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--nonmembers-from",
         choices=["held-out", "collected"],
         help="held-out: drawn at random from the same data before training; collected: gathered afterwards",
+    )
+    audit.add_argument(
+        "--chat-scored",
+        choices=["assistant", "all"],
+        default="assistant",
+        help="chat records (messages): score the last assistant turn (default) or the whole conversation",
     )
     audit.add_argument("--out", required=True, help="results folder")
     audit.add_argument(

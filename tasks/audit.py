@@ -21,6 +21,7 @@ from typing import Any
 from .audit_inputs import check_inputs, read_records
 from .cache import stable_hash
 from .cell import CellOutcome, check_context, check_results_dir
+from .chat import render, template_of
 from .config import DEFAULT_ATTACKS, CellConfig
 from .datasets import content_hash
 from .errors import PrivauditorError, one_line
@@ -104,6 +105,7 @@ def run_audit(
     config: CellConfig | None = None,
     revision: str | None = None,
     dtype: str | None = None,
+    chat_scored: str = "assistant",
 ) -> CellOutcome:
     """Score, attack and measure ``model`` (+ ``adapter``) on the given members and non-members."""
     from .attacks import ATTACKS
@@ -111,7 +113,11 @@ def run_audit(
     from .models import load_model, resolve_model, weights_identity
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
-    parts = {"members": read_records(members, "m"), "nonmembers": read_records(nonmembers, "n")}
+    (member_records, member_chats), (nonmember_records, chats) = (
+        read_records(members, "m"), read_records(nonmembers, "n"),
+    )  # fmt: skip
+    chats |= member_chats
+    parts = {"members": member_records, "nonmembers": nonmember_records}
     attacks = [a for a in config.attacks if ATTACKS.get(a).access != "model-free"]  # the verdict's family
     warnings = check_inputs(parts["members"], parts["nonmembers"], len(attacks))
     spec = config.resolve()  # identities: may build what the attacks need, so after the checks
@@ -119,8 +125,8 @@ def run_audit(
     texts = content_hash([*parts["members"], *parts["nonmembers"]])
     model_spec = resolve_model(model, revision, dtype)
     key = [model, adapter_hash, reference, texts, spec.to_dict()]
-    if revision or dtype:  # (absent before these options: earlier audits keep their ids)
-        key.append({"revision": revision, "dtype": dtype})
+    if revision or dtype or chats:  # (absent before these options: earlier audits keep their ids)
+        key.append({"revision": revision, "dtype": dtype} | ({"chat_scored": chat_scored} if chats else {}))
     audit_id = "__".join(
         ["audit", slug(model), slug(Path(adapter).name if adapter else "checkpoint"), stable_hash(key, 8)]
     )
@@ -133,6 +139,9 @@ def run_audit(
     loaded, technique, trainable = load_adapted(model_spec, adapter)
     max_length = spec.train.max_length
     check_context(max_length, virtual_tokens(loaded.model), loaded, model)
+    if chats:  # rendered with the model's own chat template now that its tokenizer is loaded
+        parts = {k: [render(e.sample_id, chats[e.sample_id], loaded.tokenizer, chat_scored) for e in v]
+                 for k, v in parts.items()}  # fmt: skip
     shutil.rmtree(cell_dir, ignore_errors=True)
     cell_dir.mkdir(parents=True)
     name = loaded.spec.name
@@ -168,6 +177,7 @@ def run_audit(
             "members": members,
             "nonmembers": nonmembers,
             "warnings": warnings,
+            "chat": {"template": template_of(loaded.tokenizer), "scored": chat_scored} if chats else None,
         },
         "provenance": {"adaptation_hash": adapter_hash, "texts": texts},
         "views": found.views,

@@ -23,8 +23,10 @@ import math
 import re
 from pathlib import Path
 
+from .chat import Messages, is_chat, messages_of, render
 from .datasets import Example, load_dataset
-from .errors import PrivauditorError
+from .datasets._sources import read_file
+from .errors import DataError, PrivauditorError
 
 ALPHA = 0.05
 NEAR_DUPLICATE = 0.8  # word 5-gram Jaccard (Lee et al. 2022)
@@ -32,14 +34,34 @@ NGRAM = 5
 TPR_TARGETS = {"1 %": 0.01, "0.1 %": 0.001}
 
 
-def read_records(path: str, tag: str) -> list[Example]:
-    """A file's records as examples with ids ``<tag>:<id>`` (a missing or empty file is an error)."""
-    if not Path(path).is_file():
+def read_records(path: str, tag: str) -> tuple[list[Example], dict[str, Messages]]:
+    """A file's records as examples with ids ``<tag>:<id>``, and the conversations of chat records by id
+    (``messages`` rows, rendered plainly until a tokenizer is at hand: ``chat.py``). A missing file, or
+    one with no record an audit can read, is an error naming the columns it found."""
+    file = Path(path)
+    if not file.is_file():
         raise PrivauditorError(f"no such file: {path}")
-    examples = load_dataset(path).examples
+    rows = list(read_file(file))
+    columns = sorted({k for _, row in rows if isinstance(row, dict) for k in row})
+    if is_chat(rows):
+        chats = {}
+        for locator, row in rows:
+            where = f"{path} {locator}"
+            if not isinstance(row, dict):
+                raise PrivauditorError(f"{where}: {row.reason}")
+            chats[f"{tag}:{row.get('id') or locator.replace(' ', '-')}"] = messages_of(row, where)
+        return [render(sample_id, messages) for sample_id, messages in chats.items()], chats
+    readable = (
+        "an audit reads a 'text' column, 'prompt' + 'target', chat 'messages' or a dataset plugin's fields; "
+        f"columns found: {', '.join(columns[:8]) or 'none'}"
+    )
+    try:
+        examples = load_dataset(path).examples
+    except DataError as error:
+        raise PrivauditorError(f"{error}; {readable}") from None
     if not examples:
-        raise PrivauditorError(f"{path}: no usable records")
-    return [Example(f"{tag}:{e.sample_id}", e.prompt, e.target) for e in examples]
+        raise PrivauditorError(f"{path}: no usable records; {readable}")
+    return [Example(f"{tag}:{e.sample_id}", e.prompt, e.target) for e in examples], {}
 
 
 def normalised(text: str) -> str:

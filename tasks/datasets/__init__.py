@@ -130,7 +130,7 @@ def _local_file(name: str, schema: str | None, max_chars: int, *file: Any) -> Lo
     plugin_cls = DATASETS.get(schema) if schema else None
     rows = list(read_file(path))
     columns = {k for _, row in rows if isinstance(row, dict) for k in row}
-    generic = "text" in columns or {"prompt", "target"} <= columns
+    generic = "text" in columns or "messages" in columns or {"prompt", "target"} <= columns
     if plugin_cls is None and not generic:  # a user's own text file stays generic
         plugin_cls = _plugin_for_columns(columns)
     return _finish(name, path.name, rows, plugin_cls() if plugin_cls else None, max_chars)

@@ -118,6 +118,23 @@ def _clean(value: Any) -> str | None:
     return text
 
 
+def chat_fields(messages: Any) -> dict[str, str]:
+    """A chat record (``messages``: ``{role, content}`` turns) as ``prompt`` + ``target`` in plain
+    ``role: content`` lines, the last assistant turn the target (a model's chat template renders it
+    in an audit: ``privauditor.tasks.chat``). Raises ValueError naming what is wrong."""
+    if not isinstance(messages, list) or not all(
+        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in messages
+    ):
+        raise ValueError("'messages' must be a list of {role, content} strings")
+    turns = [(m["role"], m["content"]) for m in messages]
+    assistant = [i for i, (role, _) in enumerate(turns) if role == "assistant"]
+    if not assistant:
+        raise ValueError("a conversation with no assistant turn has nothing to score")
+    prompt = "".join(f"{role}: {content}\n" for role, content in turns[: assistant[-1]]) + "assistant: "
+    return {"prompt": prompt, "target": turns[assistant[-1]][1] + "\n"}
+
+
 def build_examples(
     rows: Iterable[tuple[str, Mapping[str, Any] | BadRow]],
     plugin: DatasetPlugin | None,
@@ -127,7 +144,7 @@ def build_examples(
     """Validate and render raw rows (``(locator, row)`` pairs) into examples plus a report.
 
     With a plugin, rows are mapped to its schema and rendered; without one (a user's own file), a row
-    needs ``prompt`` + ``target`` or a ``text`` column. Sample ids are the row's ``id`` when present,
+    needs ``prompt`` + ``target``, a ``text`` column or chat ``messages``. Sample ids are the row's ``id`` when present,
     else the locator, so reports and results name records the same way.
     """
     report = LoadReport(source=source)
@@ -139,6 +156,12 @@ def build_examples(
         if isinstance(row, BadRow):
             report.drop(row.reason, locator)
             continue
+        if plugin is None and "messages" in row:  # a chat record (see chat_fields)
+            try:
+                row = {"id": row.get("id")} | chat_fields(row["messages"])
+            except ValueError as error:
+                report.drop(str(error), locator)
+                continue
         try:
             record = {k: _clean(v) for k, v in (plugin.map_columns(row) if plugin else row).items()}
         except UnicodeError:

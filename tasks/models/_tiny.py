@@ -100,7 +100,9 @@ def family_profile(profile: PretrainProfile, family) -> PretrainProfile:
 
 
 #: the offline tokenizer's special-token ids: its trainer places the special tokens first, in this order
-SPECIAL_IDS = {f"{name}_id": list(SPECIAL_TOKENS).index(name) for name in ("pad_token", "bos_token", "eos_token")}
+SPECIAL_IDS = {
+    f"{name}_id": list(SPECIAL_TOKENS).index(name) for name in ("pad_token", "bos_token", "eos_token")
+}
 
 
 def tiny_config(

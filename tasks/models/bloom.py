@@ -50,5 +50,11 @@ register_checkpoint(
     "7.1B",
     Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
     dtype="bfloat16",
-    architecture={"model_type": "bloom", "hidden_size": 4096, "n_layer": 30, "n_head": 32, "vocab_size": 250880},
+    architecture={
+        "model_type": "bloom",
+        "hidden_size": 4096,
+        "n_layer": 30,
+        "n_head": 32,
+        "vocab_size": 250880,
+    },
 )

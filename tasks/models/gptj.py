@@ -49,6 +49,12 @@ register_checkpoint(
     "6B",
     Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
     dtype="bfloat16",
-    architecture={"model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16, "rotary_dim": 64,
-                  "vocab_size": 50400},
+    architecture={
+        "model_type": "gptj",
+        "n_embd": 4096,
+        "n_layer": 28,
+        "n_head": 16,
+        "rotary_dim": 64,
+        "vocab_size": 50400,
+    },
 )

@@ -47,6 +47,13 @@ register_checkpoint(
     "6.7B",
     Resources(gpus=1, cpus=8, memory_gb=48, zero_stage=2),
     dtype="bfloat16",
-    architecture={"model_type": "opt", "hidden_size": 4096, "ffn_dim": 16384, "num_hidden_layers": 32,
-                  "num_attention_heads": 32, "word_embed_proj_dim": 4096, "vocab_size": 50272},
+    architecture={
+        "model_type": "opt",
+        "hidden_size": 4096,
+        "ffn_dim": 16384,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "word_embed_proj_dim": 4096,
+        "vocab_size": 50272,
+    },
 )
