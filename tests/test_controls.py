@@ -58,3 +58,21 @@ def test_blind_runs_once_per_split_and_scores_every_cell_alike(tmp_path):
     blind = [json.loads((o.path / "metrics.json").read_text())["blind"]["auc"] for o in outcomes]
     assert blind[0] == blind[1] == pytest.approx(found["auc"])
     assert str(build_attack("blind").cost()) == "0 fwd"  # model-free
+
+
+def test_the_shift_test_reads_a_seeded_subsample_of_large_parts(monkeypatch):
+    """Above TESTED records a side the permutations run on a seeded subsample (each a cross-validation:
+    their cost stays flat as files grow), while every record still gets its out-of-fold score."""
+    from privauditor.tasks.views import blind
+
+    members = loan_requests(64, 0)
+    whole = shift_test(members + loan_requests(64, 100, "de_DE"), LABELS, 5, 50, 1.0, 0)
+    monkeypatch.setattr(blind, "TESTED", 40)
+    part = shift_test(members + loan_requests(64, 100, "de_DE"), LABELS, 5, 50, 1.0, 0)
+    assert whole["tested"] == 128 and part["tested"] == 80
+    assert np.array_equal(part["scores"], whole["scores"]) and len(part["scores"]) == 128
+    assert part["auc"] != whole["auc"] and 1 / 51 <= part["p_value"] <= 1  # a test of the 80 it read
+    again = shift_test(members + loan_requests(64, 100, "de_DE"), LABELS, 5, 50, 1.0, 0)
+    assert {k: v for k, v in again.items() if k != "scores"} == {
+        k: v for k, v in part.items() if k != "scores"
+    }
