@@ -131,6 +131,8 @@ def conclusion(found: dict[str, Any]) -> list[str]:
             f"{shift['auc']:.3f}, permutation p = {shift['p_value']:.3g}). The attacks' AUCs then measure "
             "that shift, not leakage (Das et al. 2024): no leakage verdict is possible on these files."
         )
+    elif not tests:
+        lines.append("No attack ran (each was skipped: see the table), so there is no leakage verdict.")
     elif found["leakage"]:
         hits = sorted((t["p_holm"], name) for name, t in tests.items() if t["p_holm"] < ALPHA)
         strongest = max(tests, key=lambda name: tests[name]["auc"])

@@ -11,7 +11,7 @@ from scipy.stats import mannwhitneyu
 
 from privauditor.orchestrator.cli import main
 from privauditor.tasks.metrics import auc_from_ranks
-from privauditor.tasks.verdict import attack_tests, detectable_auc
+from privauditor.tasks.verdict import attack_tests, conclusion, detectable_auc
 
 from .test_audit import audit_argv
 
@@ -47,7 +47,8 @@ def test_the_detectable_auc_has_the_stated_power_by_simulation():
     rng = np.random.default_rng(1)
     shift = np.sqrt(2) * norm.ppf(auc)
     hits = [
-        mannwhitneyu(rng.normal(size=n) + shift, rng.normal(size=m), alternative="greater").pvalue < 0.05 / attacks
+        mannwhitneyu(rng.normal(size=n) + shift, rng.normal(size=m), alternative="greater").pvalue
+        < 0.05 / attacks
         for _ in range(2000)
     ]
     assert 0.75 < np.mean(hits) < 0.85, (auc, np.mean(hits))
@@ -87,3 +88,15 @@ def test_files_from_two_templates_get_the_shift_verdict_on_an_unadapted_base(tmp
     metrics = json.loads((audit_dir / "metrics.json").read_text())
     for name, test in found["attacks"].items():
         assert test["auc"] == pytest.approx(metrics[name]["auc"], abs=1e-9)
+
+
+def test_no_attack_run_is_no_verdict():
+    found = {
+        "attacks": {},
+        "leakage": False,
+        "shift": None,
+        "detectable_auc": 0.7,
+        "nonmembers_from": "held-out",
+    }
+    lines = conclusion(found)
+    assert lines[0].startswith("No attack ran") and "No leakage detected" not in " ".join(lines)
