@@ -146,6 +146,7 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
 
     technique = build_adaptation(config.adaptation, config.adaptation_params.get(config.adaptation))
     spec = resolve_model(config.model)
+    data = dataset_identity(config.dataset)  # a wrong dataset fails here, before anything is pre-trained
     train = config.train
     trains = technique.trains
     deepspeed = train.deepspeed
@@ -190,7 +191,7 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
         dataset=config.dataset,
         seed=config.seed,
         base=weights_identity(spec, build),
-        data=dataset_identity(config.dataset),
+        data=data,
         split=config.split,
         split_version=SPLIT_VERSION,
         train=resolved_train,

@@ -105,7 +105,25 @@ def fingerprint(folder):
 
 
 @pytest.fixture(scope="module")
-def finished_once(tmp_path_factory):
+def built():
+    """What the cases legitimately build before their error (the bases they load, the neighbourhood
+    attack's masked LM), built first: a pre-training progress bar on stderr is not part of an error."""
+    from privauditor.tasks.models import checkpoint_path, masked_lm_identity
+
+    for model in ("tiny-gpt2", "tiny-llama"):
+        checkpoint_path(model)
+    masked_lm_identity(build=True)
+
+
+def test_a_wrong_dataset_fails_before_anything_is_built(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path / "cache"))
+    assert main(CELL[:6] + ["financ", "--out", str(tmp_path / "out")]) == 2
+    assert "did you mean 'finance'" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def finished_once(tmp_path_factory, built):
     out = tmp_path_factory.mktemp("finished") / "results"
     argv = CELL + ["--out", str(out), "--set", "split.members=8", "--set", "split.nonmembers=8",
                    "--set", "split.validation=4", "--set", "attacks=[loss,zlib]"]  # fmt: skip
