@@ -28,7 +28,6 @@ import numpy as np
 
 ALPHA = 0.05
 POWER = 0.8
-NONMEMBER_ORIGINS = ("held-out", "collected")
 
 
 def attack_tests(scores: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, dict[str, float]]:

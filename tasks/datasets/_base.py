@@ -144,8 +144,8 @@ def build_examples(
     """Validate and render raw rows (``(locator, row)`` pairs) into examples plus a report.
 
     With a plugin, rows are mapped to its schema and rendered; without one (a user's own file), a row
-    needs ``prompt`` + ``target``, a ``text`` column or chat ``messages``. Sample ids are the row's ``id`` when present,
-    else the locator, so reports and results name records the same way.
+    needs ``prompt`` + ``target``, a ``text`` column or chat ``messages``. Sample ids are the row's ``id``
+    when present, else the locator, so reports and results name records the same way.
     """
     report = LoadReport(source=source)
     examples: list[Example] = []
