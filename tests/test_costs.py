@@ -58,7 +58,6 @@ def test_forward_and_training_flops_equal_the_flop_counter(family):
     assert abs(peft / expected - 1) < 0.06, (peft, expected)  # backward stops above layer 0's inputs
 
 
-
 def test_encoder_decoder_flops_equal_the_flop_counter():
     """T5 with 12 source and 16 target tokens: the encoder and the cross-attention's K and V run over the
     source, the rest of the decoder over the target."""
@@ -72,6 +71,7 @@ def test_encoder_decoder_flops_equal_the_flop_counter():
     assert forward == forward_flops(shape, 16, 2, source=12)
     full = counted(config, lambda m, _: m(input_ids=source, labels=target).loss.backward())
     assert full == train_flops(shape, 16, 2, shape.matmul_params, source=12) == 3 * forward
+
 
 LLAMA_7B = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                        num_attention_heads=32, max_position_embeddings=2048)  # fmt: skip

@@ -80,7 +80,9 @@ def test_members_trained_four_times_score_above_singletons(swept):
     record = json.loads((out / "cells" / early["cell_id"] / "cell.json").read_text())
     assert sorted(record["repeats"].values()) == [4] * 4
     metrics = json.loads(
-        (out / "cells" / early["cell_id"] / "checkpoints" / f"step-{early['step']}" / "metrics.json").read_text()
+        (
+            out / "cells" / early["cell_id"] / "checkpoints" / f"step-{early['step']}" / "metrics.json"
+        ).read_text()
     )
     assert metrics["loss"]["n_members"] == 16 and set(metrics["loss"]["auc_by_repeats"]) == {"1", "4"}
     assert "## Duplication" in (out / "findings.md").read_text()

@@ -19,7 +19,9 @@ from privauditor.orchestrator.sweep import load_sweep
 from privauditor.orchestrator.work import SHARED, UNITS, cell_work
 from privauditor.tasks.models import MODELS
 
-TOTAL = re.compile(r"total: .*PFLOP of scoring; ([\d.]+) GPU-hours, wall time ([\d.]+ (?:s|min|h)) .* cost \$([\d.]+)")
+TOTAL = re.compile(
+    r"total: .*PFLOP of scoring; ([\d.]+) GPU-hours, wall time ([\d.]+ (?:s|min|h)) .* cost \$([\d.]+)"
+)
 HOURS = {"s": 1 / 3600, "min": 1 / 60, "h": 1.0}
 
 
@@ -28,6 +30,8 @@ def totals_in(out: str) -> tuple[float, float, float]:
     hours, wall, usd = TOTAL.search(out).groups()
     number, unit = wall.split()
     return float(hours), float(number) * HOURS[unit], float(usd)
+
+
 SWEEP = {
     "name": "priced",
     "matrix": {
