@@ -113,11 +113,10 @@ def run_audit(
     from .models import load_model, resolve_model, weights_identity
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
-    (member_records, member_chats), (nonmember_records, chats) = (
-        read_records(members, "m"), read_records(nonmembers, "n"),
-    )  # fmt: skip
-    chats |= member_chats
-    parts = {"members": member_records, "nonmembers": nonmember_records}
+    parts, chats = {}, {}
+    for part, path in (("members", members), ("nonmembers", nonmembers)):
+        parts[part], found = read_records(path, part[0])
+        chats |= found
     attacks = [a for a in config.attacks if ATTACKS.get(a).access != "model-free"]  # the verdict's family
     warnings = check_inputs(parts["members"], parts["nonmembers"], len(attacks))
     spec = config.resolve()  # identities: may build what the attacks need, so after the checks

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .datasets import Example
-from .datasets._base import chat_fields
+from .datasets._base import chat_fields, plain_turns
 from .errors import PrivauditorError
 
 SCORED = ("assistant", "all")
@@ -38,10 +38,6 @@ def messages_of(row: Any, where: str) -> Messages:
     return tuple((m["role"], m["content"]) for m in row["messages"])
 
 
-def _plain(messages: Messages) -> str:
-    return "".join(f"{role}: {content}\n" for role, content in messages)
-
-
 def render(sample_id: str, messages: Messages, tokenizer: Any = None, scored: str = "assistant") -> Example:
     """One conversation as (prompt, target); see the module doc."""
     if scored not in SCORED:
@@ -57,7 +53,7 @@ def render(sample_id: str, messages: Messages, tokenizer: Any = None, scored: st
             return Example(sample_id, prompt, whole[len(prompt) :])
         return Example(sample_id, prompt, messages[last][1])  # a template that rewrites earlier turns
     if scored == "all":
-        return Example(sample_id, "", _plain(messages[: last + 1]))
+        return Example(sample_id, "", plain_turns(messages[: last + 1]))
     plain = chat_fields(as_dicts)  # as the dataset loader renders a chat record
     return Example(sample_id, plain["prompt"], plain["target"])
 

@@ -118,6 +118,11 @@ def _clean(value: Any) -> str | None:
     return text
 
 
+def plain_turns(turns: Iterable[tuple[str, str]]) -> str:
+    """Chat turns as plain ``role: content`` lines (a tokenizer without a chat template renders them so)."""
+    return "".join(f"{role}: {content}\n" for role, content in turns)
+
+
 def chat_fields(messages: Any) -> dict[str, str]:
     """A chat record (``messages``: ``{role, content}`` turns) as ``prompt`` + ``target`` in plain
     ``role: content`` lines, the last assistant turn the target (a model's chat template renders it
@@ -131,7 +136,7 @@ def chat_fields(messages: Any) -> dict[str, str]:
     assistant = [i for i, (role, _) in enumerate(turns) if role == "assistant"]
     if not assistant:
         raise ValueError("a conversation with no assistant turn has nothing to score")
-    prompt = "".join(f"{role}: {content}\n" for role, content in turns[: assistant[-1]]) + "assistant: "
+    prompt = plain_turns(turns[: assistant[-1]]) + "assistant: "
     return {"prompt": prompt, "target": turns[assistant[-1]][1] + "\n"}
 
 
