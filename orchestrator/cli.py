@@ -178,30 +178,30 @@ def _report(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from privauditor.tasks.audit import audit_config, run_audit
-    from privauditor.tasks.verdict import verdict
+    import privauditor
 
     from .leaderboard import build
     from .plots import roc_png
 
-    config = audit_config(args.model, args.members, args.set or [])
     out = Path(args.out)
-    outcome = run_audit(
-        args.model, args.members, args.nonmembers, out, args.adapter, args.reference, config, args.revision,
-        args.dtype, args.chat_scored,
+    result = privauditor.audit(
+        args.model, args.members, args.nonmembers, out, adapter=args.adapter, reference=args.reference,
+        nonmembers_from=args.nonmembers_from, settings=args.set or [], revision=args.revision,
+        dtype=args.dtype, chat_scored=args.chat_scored,
     )  # fmt: skip
-    for warning in outcome.warnings:
+    for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"audit {outcome.cell_id} {'already done' if outcome.skipped else 'done'}: {outcome.path}")
-    print(tables.metrics_table(outcome.metrics))
-    found = verdict(outcome.path, args.nonmembers_from)
-    print("verdict: " + ("SHIFT" if found["shift"] and found["shift"]["detected"] else
-                         "LEAKAGE" if found["leakage"] else "nothing detected"))  # fmt: skip
-    for line in found["conclusion"]:
+    print(f"audit {result.cell_id} {'already done' if result.skipped else 'done'}: {result.path}")
+    print(tables.metrics_table(result.metrics))
+    print(f"verdict: {result.finding.upper()}")
+    for line in result.conclusion:
         print(f"  {line}")
-    png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
+    png = roc_png(result.metrics, out / "plots" / f"{result.cell_id}.png", result.cell_id)
     build(out)
     print(f"ROC (log-log): {png}")
+    if args.report:
+        for path in result.report(pdf=True):
+            print(f"report: {path}")
     return 0
 
 
@@ -336,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="chat records (messages): score the last assistant turn (default) or the whole conversation",
     )
     audit.add_argument("--out", required=True, help="results folder")
+    audit.add_argument(
+        "--report",
+        action="store_true",
+        help="also write OUT/reports/<audit id>.html, and .pdf where a Chromium is found",
+    )
     audit.add_argument(
         "--set",
         action="append",

@@ -12,9 +12,11 @@ contract under ``OUT/cells/<audit id>/``, so ``privauditor report OUT`` includes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +91,30 @@ def load_adapted(model: str | Any, adapter: str | None) -> tuple[Any, str, int]:
     return loaded, name, max(added, 0)
 
 
+def file_identity(path: str, records: int) -> dict[str, Any]:
+    """A file as a report may name it: sha256 of its bytes, its size and the records read from it."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "bytes": Path(path).stat().st_size, "records": records}
+
+
 def virtual_tokens(model: Any) -> int:
     """Positions a loaded peft prompt-learning adapter puts in front of the input (0 for any other)."""
     configs = getattr(model, "peft_config", {}).values()
     return max([getattr(c, "num_virtual_tokens", 0) or 0 for c in configs if c.is_prompt_learning], default=0)
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How the audited model is obtained and read (``privauditor audit``'s options beyond the files)."""
+
+    adapter: str | None = None  # a peft adapter directory, or a cell's adapter/
+    reference: str | None = None  # the reference attack's model (default: the adapter's base)
+    revision: str | None = None  # a hub id's branch, tag or commit
+    dtype: str | None = None  # the weights as loaded (default float32)
+    chat_scored: str = "assistant"  # chat records: the last assistant turn, or "all"
 
 
 def run_audit(
@@ -100,19 +122,18 @@ def run_audit(
     members: str,
     nonmembers: str,
     out: Path,
-    adapter: str | None = None,
-    reference: str | None = None,
     config: CellConfig | None = None,
-    revision: str | None = None,
-    dtype: str | None = None,
-    chat_scored: str = "assistant",
+    options: AuditOptions | None = None,
 ) -> CellOutcome:
-    """Score, attack and measure ``model`` (+ ``adapter``) on the given members and non-members."""
+    """Score, attack and measure ``model`` (+ ``options.adapter``) on the given members and non-members."""
     from .attacks import ATTACKS
     from .evaluate import Reference, Scorer, evaluate, identity_of
     from .models import load_model, resolve_model, weights_identity
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
+    options = options or AuditOptions()
+    adapter, reference, revision, dtype = options.adapter, options.reference, options.revision, options.dtype
+    chat_scored = options.chat_scored
     parts, chats = {}, {}
     for part, path in (("members", members), ("nonmembers", nonmembers)):
         parts[part], found = read_records(path, part[0])
@@ -123,7 +144,8 @@ def run_audit(
     adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
     texts = content_hash([*parts["members"], *parts["nonmembers"]])
     model_spec = resolve_model(model, revision, dtype)
-    key = [model, adapter_hash, reference, texts, spec.to_dict()]
+    # identified by the files' content (texts), never by their paths: the same files audit alike from anywhere
+    key = [model, adapter_hash, reference, texts, spec.to_dict() | {"dataset": None}]
     if revision or dtype or chats:  # (absent before these options: earlier audits keep their ids)
         key.append({"revision": revision, "dtype": dtype} | ({"chat_scored": chat_scored} if chats else {}))
     audit_id = "__".join(
@@ -176,6 +198,10 @@ def run_audit(
             "members": members,
             "nonmembers": nonmembers,
             "warnings": warnings,
+            "files": {
+                part: file_identity(path, len(parts[part]))
+                for part, path in (("members", members), ("nonmembers", nonmembers))
+            },
             "chat": {"template": template_of(loaded.tokenizer), "scored": chat_scored} if chats else None,
         },
         "provenance": {"adaptation_hash": adapter_hash, "texts": texts},

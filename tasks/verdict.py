@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .signals import write_json
+
 ALPHA = 0.05
 POWER = 0.8
 
@@ -90,9 +92,9 @@ def shift_of(audit_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
     return json.loads(metadata[METADATA])
 
 
-def verdict(audit_dir: Path, nonmembers_from: str | None = None) -> dict[str, Any]:
+def verdict(audit_dir: Path, nonmembers_from: str | None = None, write: bool = True) -> dict[str, Any]:
     """The audit's verdict from its scores and controls (see the module doc); also written as
-    ``verdict.json`` in the audit's folder."""
+    ``verdict.json`` in the audit's folder unless ``write`` is false."""
     import pyarrow.parquet as pq
 
     from .attacks import ATTACKS
@@ -116,7 +118,8 @@ def verdict(audit_dir: Path, nonmembers_from: str | None = None) -> dict[str, An
         "nonmembers_from": nonmembers_from,
     }
     found["conclusion"] = conclusion(found)
-    (audit_dir / "verdict.json").write_text(json.dumps(found, indent=2, sort_keys=True) + "\n")
+    if write:
+        write_json(audit_dir / "verdict.json", found)
     return found
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"tasks": "privauditor.tasks", "orchestrator": "privauditor.orchestrator"}
+FOLDERS = {"api": "privauditor", "tasks": "privauditor.tasks", "orchestrator": "privauditor.orchestrator"}
 
 
 def test_every_package_folder_is_listed_in_pyproject():
@@ -50,3 +50,14 @@ def test_listing_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False False"
+
+
+def test_the_api_package_imports_no_torch_or_ray():
+    """``import privauditor`` is the API (api/): its functions import what they need when called."""
+    code = (
+        "import sys, privauditor; print(sorted(privauditor.__all__)); "
+        "print([m for m in ('torch', 'transformers', 'ray', 'peft') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    names, loaded = out.strip().splitlines()[-2:]
+    assert names == "['AuditResult', 'Results', 'audit', 'load_results', 'run']" and loaded == "[]"

@@ -1,0 +1,94 @@
+"""privauditor's Python API (this folder installs as the top-level ``privauditor`` package).
+
+::
+
+    import privauditor
+
+    result = privauditor.audit(
+        "tiny-llama", members="members.jsonl", nonmembers="nonmembers.jsonl", out="results/audit",
+        nonmembers_from="held-out",
+    )
+    result.finding        # 'shift', 'leakage' or 'nothing detected'
+    result.to_pandas()    # one row per attack: AUC with its interval, TPR at low FPR, p-values
+    result.report()       # results/audit/reports/<id>.html (and .pdf where a Chromium is found)
+
+    results = privauditor.load_results("results/audit")   # any results folder: sweeps' and audits'
+    results.to_pandas()   # the leaderboard rows
+    results.audits        # the folder's audits, as AuditResult
+
+    privauditor.run("smoke", out="results/smoke")          # a sweep, as ``privauditor run smoke``
+
+The command line calls these same functions. Importing this package loads no torch and no Ray: each
+function imports what it needs when called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._results import AuditResult, Results
+
+__all__ = ["AuditResult", "Results", "audit", "load_results", "run"]
+
+
+def audit(
+    model: str,
+    members: str | Path,
+    nonmembers: str | Path,
+    out: str | Path,
+    *,
+    adapter: str | Path | None = None,
+    reference: str | None = None,
+    nonmembers_from: str | None = None,
+    settings: Sequence[str] = (),
+    revision: str | None = None,
+    dtype: str | None = None,
+    chat_scored: str = "assistant",
+) -> AuditResult:
+    """Attack ``model`` (a Hugging Face id, a local checkpoint or a registered base; with ``adapter`` on
+    top) on its ``members`` and ``nonmembers`` files and return the scores with the verdict
+    (docs/audit.md). ``settings`` are ``KEY=VALUE`` strings, as ``--set`` takes them. The audit's files
+    go under ``out/cells/<audit id>/``; an audit already done there is read back, not redone."""
+    from .tasks.audit import AuditOptions, audit_config, run_audit
+    from .tasks.verdict import verdict
+
+    if nonmembers_from not in (None, "held-out", "collected"):
+        raise ValueError(f"nonmembers_from={nonmembers_from!r}: held-out, collected or None")
+    config = audit_config(model, str(members), list(settings))
+    options = AuditOptions(
+        adapter=None if adapter is None else str(adapter), reference=reference, revision=revision,
+        dtype=dtype, chat_scored=chat_scored,
+    )  # fmt: skip
+    outcome = run_audit(model, str(members), str(nonmembers), Path(out), config, options)
+    verdict(outcome.path, nonmembers_from)
+    return AuditResult.read(outcome.path, skipped=outcome.skipped)
+
+
+def run(
+    sweep: str | Path,
+    out: str | Path | None = None,
+    *,
+    settings: Sequence[str] = (),
+    address: str | None = None,
+    max_concurrent: int | None = None,
+    verbose: bool = False,
+) -> Results:
+    """Run every cell of ``sweep`` (a shipped sweep's name, such as ``smoke``, or a sweep file) that is
+    not done in ``out`` (default ``results/<sweep name>``), as ``privauditor run`` does, and return the
+    folder's results. Cells that failed are in the folder's log and ``Results.failed``; a run stopped
+    part way is finished by calling this again."""
+    from .orchestrator.runner import run_sweep
+    from .orchestrator.sweep import load_sweep
+
+    loaded = load_sweep(str(sweep), list(settings))
+    out = Path("results") / loaded.name if out is None else out
+    code = run_sweep(loaded, out, address=address, max_concurrent=max_concurrent, verbose=verbose)
+    found = load_results(out)
+    found.exit_code = code
+    return found
+
+
+def load_results(path: str | Path) -> Results:
+    """A results folder (a sweep's or audits') as rows, read from its finished cells."""
+    return Results.read(Path(path))

@@ -1,0 +1,129 @@
+"""What the API returns: an audit's result and a results folder's rows, read from the files on disk."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: an audit's cell id starts with this (``tasks/audit.py``)
+AUDIT_PREFIX = "audit__"
+
+
+@dataclass
+class AuditResult:
+    """One audit: its record (``cell.json``), its attacks' metrics and its verdict (``verdict.json``)."""
+
+    path: Path
+    record: dict[str, Any]
+    metrics: dict[str, dict[str, Any]]
+    verdict: dict[str, Any]
+    skipped: bool = False  # found done, not run by this call
+
+    @classmethod
+    def read(cls, path: Path, skipped: bool = False) -> AuditResult:
+        """The finished audit in ``path`` (a folder ``OUT/cells/<audit id>``)."""
+        from .tasks.verdict import verdict
+
+        path = Path(path).resolve()  # still right after a change of working directory
+        if not (path / "DONE").exists():
+            raise FileNotFoundError(f"{path}: not a finished audit (no DONE)")
+        found = path / "verdict.json"
+        judged = json.loads(found.read_text()) if found.exists() else verdict(path, write=False)
+        return cls(
+            path,
+            json.loads((path / "cell.json").read_text()),
+            json.loads((path / "metrics.json").read_text()),
+            judged,
+            skipped,
+        )
+
+    @property
+    def cell_id(self) -> str:
+        return self.record["cell_id"]
+
+    @property
+    def finding(self) -> str:
+        """``shift`` (the files differ: no leakage verdict), ``leakage`` or ``nothing detected``."""
+        shift = self.verdict["shift"]
+        if shift and shift["detected"]:
+            return "shift"
+        return "leakage" if self.verdict["leakage"] else "nothing detected"
+
+    @property
+    def conclusion(self) -> list[str]:
+        return list(self.verdict["conclusion"])
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.record["audit"]["warnings"])
+
+    def to_pandas(self):
+        """One row per attack: threat model, AUC with its bootstrap interval, TPR at 0.1 % and 1 % FPR,
+        and the verdict's one-sided p-value with Holm's adjustment (controls have none)."""
+        import pandas as pd
+
+        from .orchestrator.leaderboard import access_of
+
+        tests = self.verdict["attacks"]
+        rows = []
+        for attack, m in sorted(self.metrics.items()):
+            if "auc" not in m:  # skipped, with its reason in the metrics
+                continue
+            low, high = m.get("auc_ci", [None, None])
+            rows.append(
+                {
+                    "attack": attack,
+                    "access": access_of(attack),
+                    "auc": m["auc"],
+                    "auc_low": low,
+                    "auc_high": high,
+                    "tpr_at_0.1pct_fpr": m.get("tpr_at_0.1pct_fpr"),
+                    "tpr_at_1pct_fpr": m.get("tpr_at_1pct_fpr"),
+                    "p": tests.get(attack, {}).get("p"),
+                    "p_holm": tests.get(attack, {}).get("p_holm"),
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def report(self, to: str | Path | None = None, pdf: bool = True) -> list[Path]:
+        """Write the audit's report (``OUT/reports/<audit id>.html``, and ``.pdf`` when ``pdf`` and a
+        Chromium is found) and return the paths written."""
+        from .orchestrator.audit_report import write_report
+
+        folder = Path(to) if to is not None else self.path.parents[1] / "reports"
+        return write_report(self, folder, pdf)
+
+
+@dataclass
+class Results:
+    """A results folder: one row per (finished cell, checkpoint, attack), as the leaderboard has them."""
+
+    path: Path
+    rows: list[dict[str, Any]]
+    exit_code: int | None = field(default=None, compare=False)  # set by ``run``: the CLI's exit code
+
+    @classmethod
+    def read(cls, path: Path) -> Results:
+        from .orchestrator.leaderboard import rows
+
+        if not (Path(path) / "cells").is_dir():
+            raise FileNotFoundError(f"{path} is not a results folder (no cells/ inside)")
+        path = Path(path).resolve()
+        return cls(path, rows(path))
+
+    @property
+    def cells(self) -> list[str]:
+        """The finished cells' ids, sorted."""
+        return sorted({r["cell_id"] for r in self.rows})
+
+    @property
+    def audits(self) -> list[AuditResult]:
+        """The folder's finished audits."""
+        return [AuditResult.read(self.path / "cells" / c) for c in self.cells if c.startswith(AUDIT_PREFIX)]
+
+    def to_pandas(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)

@@ -1,0 +1,259 @@
+"""An audit's report: one self-contained HTML page (jinja2) and its PDF (the browser's print).
+
+It names the audited model, adapter and files by identity (hashes, sizes, record counts), never by their
+text: no member or non-member text, id or per-record score enters the page. It gives the verdict and its
+plain-language conclusion first, then each threat model's strongest attack with its AUC interval and TPR
+at low false-positive rates, the controls, the limits of what was measured, and what to do next.
+The PDF is Chromium's (or Chrome's) headless print of the page; without a browser only the HTML is
+written.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from privauditor.tasks.signals import write_text
+
+from .leaderboard import access_of, tpr_fields, tpr_text
+
+#: browsers whose headless print makes the PDF, tried in this order (``PRIVAUDITOR_BROWSER`` first)
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+#: the order threat models are shown in (weakest access first); model-free attacks are the controls
+THREAT_MODELS = ("black-box", "reference", "white-box")
+#: models below this many parameters are called small in the limits
+SMALL_MODEL = 1_000_000_000
+
+TEMPLATE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Privacy audit: {{ model }}</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
+table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; } code { font-size: 12px; word-break: break-all; }
+.finding { font-size: 1.25em; font-weight: 600; padding: .5em .8em; border-left: 6px solid {{ colour }}; }
+img { width: 26em; }
+</style></head><body>
+<h1>Privacy audit: {{ model }}</h1>
+<p>Audit <code>{{ cell_id }}</code>, written {{ written }} by privauditor {{ version }}.</p>
+
+<h2 id="verdict">Verdict</h2>
+<p class="finding">{{ finding }}</p>
+{% for line in conclusion %}<p>{{ line }}</p>{% endfor %}
+
+<h2 id="identities">What was audited</h2>
+<table><tbody>
+{% for name, value in identities %}<tr><th>{{ name }}</th><td><code>{{ value }}</code></td></tr>{% endfor %}
+</tbody></table>
+
+<h2 id="threat-models">Strongest attack per threat model</h2>
+<table><thead><tr><th>threat model</th><th>attack</th><th>AUC [95 % CI]</th><th>TPR at 0.1 % FPR</th>
+<th>TPR at 1 % FPR</th><th>Holm-adjusted p</th></tr></thead><tbody>
+{% for r in strongest %}<tr><td>{{ r.access }}</td><td>{{ r.attack }}</td><td>{{ r.auc }}</td>
+<td>{{ r.tpr_01 }}</td><td>{{ r.tpr_1 }}</td><td>{{ r.p_holm }}</td></tr>{% endfor %}
+</tbody></table>
+
+<h2 id="attacks">Every attack</h2>
+<table><thead><tr><th>attack</th><th>threat model</th><th>AUC [95 % CI]</th><th>TPR at 1 % FPR</th>
+<th>one-sided p</th><th>Holm-adjusted p</th></tr></thead><tbody>
+{% for r in attacks %}<tr><td>{{ r.attack }}</td><td>{{ r.access }}</td><td>{{ r.auc }}</td><td>{{ r.tpr_1 }}</td>
+<td>{{ r.p }}</td><td>{{ r.p_holm }}</td></tr>{% endfor %}
+</tbody></table>
+{% if roc %}<img alt="ROC curves of every attack, log-log" src="data:image/png;base64,{{ roc }}">{% endif %}
+
+<h2 id="controls">Controls</h2>
+<p>{{ control }}</p>
+{% if warnings %}<p>Warnings from the input checks:</p><ul>{% for w in warnings %}<li>{{ w }}</li>{% endfor %}</ul>{% endif %}
+
+<h2 id="limits">Limits</h2>
+<ul>{% for line in limits %}<li>{{ line }}</li>{% endfor %}</ul>
+
+<h2 id="next">What to do next</h2>
+<ul>{% for line in next_steps %}<li>{{ line }}</li>{% endfor %}</ul>
+</body></html>
+"""
+
+
+def _number(value: float | None, digits: str = ".3g") -> str:
+    return "-" if value is None else format(value, digits)
+
+
+def _attack_row(attack: str, m: dict[str, Any], test: dict[str, float]) -> dict[str, str]:
+    row = m | tpr_fields(m)
+    low, high = m.get("auc_ci") or (None, None)
+    interval = "" if low is None else f" [{low:.3f}, {high:.3f}]"
+    return {
+        "attack": attack,
+        "access": access_of(attack),
+        "auc": f"{m['auc']:.3f}{interval}",
+        "auc_value": m["auc"],
+        "tpr_01": tpr_text(row, "tpr_at_0.1pct_fpr"),
+        "tpr_1": tpr_text(row, "tpr_at_1pct_fpr"),
+        "p": _number(test.get("p")),
+        "p_holm": _number(test.get("p_holm")),
+    }
+
+
+def _identities(record: dict[str, Any]) -> list[tuple[str, str]]:
+    audit, files = record["audit"], record["audit"].get("files", {})
+    found = [
+        ("model", f"{audit['model']} (revision {audit.get('revision') or 'main'}, "
+                  f"{audit.get('dtype') or 'float32'}, {record['total_params']:,} parameters)"),
+        ("adapter", "none" if audit["adapter"] is None else
+                    f"{Path(audit['adapter']).name}: sha256 {record['provenance']['adaptation_hash']} "
+                    f"({record['trainable_params']:,} parameters added)"),
+        ("reference model", audit.get("reference") or "none"),
+    ]  # fmt: skip
+    for part, label in (("members", "members"), ("nonmembers", "non-members")):
+        f = files.get(part)
+        detail = f"sha256 {f['sha256']}, {f['bytes']:,} bytes" if f else "identity not recorded"
+        found.append((label, f"{Path(audit[part]).name}: {record[f'n_{part}']} records, {detail}"))
+    if audit.get("chat"):
+        found.append(
+            ("chat records", f"rendered with the model's chat template; scored: {audit['chat']['scored']}")
+        )
+    return found
+
+
+def _control(verdict: dict[str, Any]) -> str:
+    shift = verdict["shift"]
+    if shift is None:
+        return "The model-free blind control did not run: a shift between the two files was not tested."
+    said = "detected" if shift["detected"] else "did not detect"
+    return (
+        f"The model-free blind control (a bag-of-n-grams classifier that never sees the model) {said} a "
+        f"difference between the two files: AUC {shift['auc']:.3f}, label-permutation p = "
+        f"{shift['p_value']:.3g} ({shift.get('permutations', '?')} permutations, "
+        f"{shift.get('tested', 'every')} records a side tested)."
+    )
+
+
+def _limits(record: dict[str, Any], verdict: dict[str, Any], attacks: list[str]) -> list[str]:
+    n_m, n_n = record["n_members"], record["n_nonmembers"]
+    smallest = verdict.get("detectable_auc")
+    could = f"about {smallest:.3f}" if smallest else "above 0.999"
+    unread = [f"{rate} % FPR" for rate, needed in (("0.1", 1000), ("1", 100)) if n_n < needed]
+    found = [
+        f"Sample size: {n_m} members and {n_n} non-members. The smallest AUC this audit finds with 80 % power "
+        f"is {could}."
+        + (
+            f" TPR at {' and '.join(unread)} cannot be read with fewer than "
+            f"{1000 if len(unread) == 2 else 100} non-members."
+            if unread
+            else ""
+        ),
+        f"Attack set: {', '.join(attacks)}. Stronger attacks than these exist; an attack not run here may "
+        "find more.",
+    ]
+    if record["total_params"] < SMALL_MODEL:
+        found.append(
+            f"Model size: {record['total_params']:,} parameters. Larger models memorise more of what they "
+            "read; figures on this model do not transfer to larger ones."
+        )
+    origin = verdict.get("nonmembers_from")
+    found.append(
+        {"held-out": "The non-members were held out at random before training, as the AUCs require.",
+         "collected": "The non-members were collected after training: a difference in how the files were "
+                      "gathered reads as leakage."}.get(origin, "How the non-members were obtained was not "
+                      "stated; only non-members held out at random before training make the AUCs interpretable.")
+    )  # fmt: skip
+    return found
+
+
+def _next_steps(record: dict[str, Any], verdict: dict[str, Any], finding: str) -> list[str]:
+    steps = []
+    if finding == "shift":
+        steps.append("Draw the non-members at random from the same data as the members, before training, and "
+                     "audit again: no leakage verdict is possible on files that differ.")  # fmt: skip
+    if finding == "leakage":
+        steps.append("Train with differential privacy (DP-SGD; privauditor's dp defence measures what it "
+                     "costs) or fewer epochs, and audit the retrained model.")  # fmt: skip
+    if any("near-duplicate" in w for w in record["audit"]["warnings"]) or finding == "leakage":
+        steps.append("Deduplicate the training data: repeated records are memorised first.")
+    if finding != "leakage" and (verdict.get("detectable_auc") or 1.0) > 0.6:
+        steps.append("Add non-members (and members): the audit could miss an AUC below "
+                     f"{verdict.get('detectable_auc') or 0.999:.3f} at these sizes.")  # fmt: skip
+    if verdict.get("nonmembers_from") != "held-out":
+        steps.append("State how the non-members were obtained (--nonmembers-from held-out|collected).")
+    return steps or ["Keep the audit with the model; rerun it when the model or its training data change."]
+
+
+def render(result: Any) -> str:
+    """The report of an :class:`privauditor.AuditResult` as one HTML page."""
+    from jinja2 import Environment
+
+    record, verdict = result.record, result.verdict
+    stamp = record.get("versions", {})  # the versions that ran the audit
+    rows = [
+        _attack_row(a, m, verdict["attacks"].get(a, {}))
+        for a, m in sorted(result.metrics.items())
+        if "auc" in m
+    ]
+    strongest = []
+    for access in THREAT_MODELS:
+        candidates = [r for r in rows if r["access"] == access]
+        if candidates:
+            strongest.append(max(candidates, key=lambda r: r["auc_value"]))
+    finding = {
+        "shift": "The two files differ in distribution: no leakage verdict is possible.",
+        "leakage": "Leakage detected: members are told apart from non-members beyond chance.",
+        "nothing detected": "No leakage detected at these sizes (not evidence of privacy).",
+    }[result.finding]
+    roc = result.path.parents[1] / "plots" / f"{result.cell_id}.png"
+    model = record["audit"]["model"] + (
+        f" + {Path(record['audit']['adapter']).name}" if record["audit"]["adapter"] else ""
+    )
+    page = Environment(autoescape=True).from_string(TEMPLATE)
+    return page.render(
+        model=model,
+        cell_id=result.cell_id,
+        written=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        version=" ".join(filter(None, (stamp.get("privauditor", "?"), stamp.get("privauditor_git")))),
+        finding=finding,
+        colour={"shift": "#d98c00", "leakage": "#c0392b"}.get(result.finding, "#2e7d32"),
+        conclusion=result.conclusion,
+        identities=_identities(record),
+        strongest=strongest,
+        attacks=rows,
+        roc=base64.b64encode(roc.read_bytes()).decode() if roc.exists() else None,
+        control=_control(verdict),
+        warnings=record["audit"]["warnings"],
+        limits=_limits(record, verdict, [r["attack"] for r in rows]),
+        next_steps=_next_steps(record, verdict, result.finding),
+    )
+
+
+def browser() -> str | None:
+    """The headless browser that prints PDFs here, or None."""
+    named = os.environ.get("PRIVAUDITOR_BROWSER")
+    return shutil.which(named) if named else next(filter(None, map(shutil.which, BROWSERS)), None)
+
+
+def print_pdf(page: Path, pdf: Path, binary: str) -> Path:
+    """Chromium's headless print of ``page`` into ``pdf`` (written to a temporary name, then renamed)."""
+    with tempfile.TemporaryDirectory() as profile:
+        partial = pdf.with_name(f".{pdf.name}.tmp")
+        command = [binary, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+                   "--no-pdf-header-footer", f"--print-to-pdf={partial}", page.resolve().as_uri()]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+        if done.returncode != 0 or not partial.exists():
+            raise RuntimeError(f"{binary} could not print {page} to PDF: {done.stderr.strip()[-300:]}")
+        partial.replace(pdf)
+    return pdf
+
+
+def write_report(result: Any, folder: Path, pdf: bool = True) -> list[Path]:
+    """Write ``folder/<audit id>.html`` (and ``.pdf`` when ``pdf`` and a browser is found); the paths."""
+    page = folder / f"{result.cell_id}.html"
+    write_text(page, render(result))
+    written = [page]
+    binary = browser() if pdf else None
+    if binary:
+        written.append(print_pdf(page, page.with_suffix(".pdf"), binary))
+    return written
