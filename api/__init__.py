@@ -45,10 +45,12 @@ def audit(
     revision: str | None = None,
     dtype: str | None = None,
     chat_scored: str = "assistant",
+    text_column: str | None = None,
 ) -> AuditResult:
     """Attack ``model`` (a Hugging Face id, a local checkpoint or a registered base; with ``adapter`` on
     top) on its ``members`` and ``nonmembers`` files and return the scores with the verdict
-    (docs/audit.md). ``settings`` are ``KEY=VALUE`` strings, as ``--set`` takes them. The audit's files
+    (docs/audit.md). ``settings`` are ``KEY=VALUE`` strings, as ``--set`` takes them; ``text_column``
+    names the files' column holding each record's text (CSV / Parquet / JSONL). The audit's files
     go under ``out/cells/<audit id>/``; an audit already done there is read back, not redone."""
     from .tasks.audit import AuditOptions, audit_config, run_audit
     from .tasks.verdict import verdict
@@ -58,7 +60,7 @@ def audit(
     config = audit_config(model, str(members), list(settings))
     options = AuditOptions(
         adapter=None if adapter is None else str(adapter), reference=reference, revision=revision,
-        dtype=dtype, chat_scored=chat_scored,
+        dtype=dtype, chat_scored=chat_scored, text_column=text_column,
     )  # fmt: skip
     outcome = run_audit(model, str(members), str(nonmembers), Path(out), config, options)
     verdict(outcome.path, nonmembers_from)

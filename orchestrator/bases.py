@@ -8,9 +8,13 @@ a warm cache starts no task at all.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from privauditor.tasks.progress import PERIOD, read_folder
 
 
 def missing(specs: Sequence[Any]) -> dict[tuple[str, str, tuple], str]:
@@ -32,11 +36,14 @@ def missing(specs: Sequence[Any]) -> dict[tuple[str, str, tuple], str]:
     return found
 
 
-def _build(kind: str, name: str, params: tuple) -> str:
-    """A Ray task (1 CPU): build one offline model, with one torch thread."""
+def _build(kind: str, name: str, params: tuple, progress: str) -> str:
+    """A Ray task (1 CPU): build one offline model, with one torch thread, its progress into ``progress``."""
     import torch
 
+    from privauditor.tasks.progress import to_folder
+
     torch.set_num_threads(1)
+    to_folder(progress)
     if kind == "model":
         from privauditor.tasks.models import weights_identity
 
@@ -56,5 +63,12 @@ def build(items: dict[tuple[str, str, tuple], str]) -> None:
         flush=True,
     )
     task = ray.remote(_build)
-    ray.get([task.remote(*item) for item in items])
+    with tempfile.TemporaryDirectory() as progress:  # each task's latest state, printed every PERIOD s
+        built = [task.remote(*item, progress) for item in items]
+        waiting = built
+        while waiting:
+            _, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=PERIOD)
+            for text in read_folder(Path(progress)) if waiting else []:
+                print(f"  {text}", flush=True)
+        ray.get(built)  # a task's error, raised here
     print(f"offline models ready in {time.perf_counter() - started:.0f} s", flush=True)

@@ -187,7 +187,7 @@ def _audit(args: argparse.Namespace) -> int:
     result = privauditor.audit(
         args.model, args.members, args.nonmembers, out, adapter=args.adapter, reference=args.reference,
         nonmembers_from=args.nonmembers_from, settings=args.set or [], revision=args.revision,
-        dtype=args.dtype, chat_scored=args.chat_scored,
+        dtype=args.dtype, chat_scored=args.chat_scored, text_column=args.text_column,
     )  # fmt: skip
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -324,6 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--members", required=True, help="JSONL / CSV / Parquet (text, or prompt + target) or .txt"
     )
     audit.add_argument("--nonmembers", required=True, help="same formats as --members")
+    audit.add_argument(
+        "--text-column", metavar="NAME", help="the files' column holding each record's text (e.g. body)"
+    )
     audit.add_argument(
         "--nonmembers-from",
         choices=["held-out", "collected"],

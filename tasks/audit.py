@@ -29,7 +29,7 @@ from .datasets import content_hash
 from .errors import PrivauditorError, one_line
 from .provenance import directory_hash, versions
 from .signals import write_json
-from .spec import slug
+from .spec import resolve, slug
 
 #: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which
 #: tells a shift between the files from leakage (``verdict.py``)
@@ -115,6 +115,9 @@ class AuditOptions:
     revision: str | None = None  # a hub id's branch, tag or commit
     dtype: str | None = None  # the weights as loaded (default float32)
     chat_scored: str = "assistant"  # chat records: the last assistant turn, or "all"
+    text_column: str | None = (
+        None  # the files' column holding each record's text (else text, prompt + target, ...)
+    )
 
 
 def run_audit(
@@ -136,13 +139,14 @@ def run_audit(
     chat_scored = options.chat_scored
     parts, chats = {}, {}
     for part, path in (("members", members), ("nonmembers", nonmembers)):
-        parts[part], found = read_records(path, part[0])
+        parts[part], found = read_records(path, part[0], options.text_column)
         chats |= found
     attacks = [a for a in config.attacks if ATTACKS.get(a).access != "model-free"]  # the verdict's family
     warnings = check_inputs(parts["members"], parts["nonmembers"], len(attacks))
-    spec = config.resolve()  # identities: may build what the attacks need, so after the checks
-    adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
     texts = content_hash([*parts["members"], *parts["nonmembers"]])
+    # identities (may build what the attacks need, so after the checks); the data is the files' records
+    spec = resolve(config, data=f"sha256:{texts}")
+    adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
     model_spec = resolve_model(model, revision, dtype)
     # identified by the files' content (texts), never by their paths: the same files audit alike from anywhere
     key = [model, adapter_hash, reference, texts, spec.to_dict() | {"dataset": None}]

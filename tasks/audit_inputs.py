@@ -34,15 +34,23 @@ NGRAM = 5
 TPR_TARGETS = {"1 %": 0.01, "0.1 %": 0.001}
 
 
-def read_records(path: str, tag: str) -> tuple[list[Example], dict[str, Messages]]:
+def read_records(
+    path: str, tag: str, text_column: str | None = None
+) -> tuple[list[Example], dict[str, Messages]]:
     """A file's records as examples with ids ``<tag>:<id>``, and the conversations of chat records by id
-    (``messages`` rows, rendered plainly until a tokenizer is at hand: ``chat.py``). A missing file, or
-    one with no record an audit can read, is an error naming the columns it found."""
+    (``messages`` rows, rendered plainly until a tokenizer is at hand: ``chat.py``). ``text_column``
+    names the column that holds each record's whole text (scored as a ``text`` column is). A missing
+    file, or one with no record an audit can read, is an error naming the columns it found."""
     file = Path(path)
     if not file.is_file():
         raise PrivauditorError(f"no such file: {path}")
-    rows = list(read_file(file))
+    try:
+        rows = list(read_file(file))
+    except DataError as error:
+        raise PrivauditorError(str(error)) from None
     columns = sorted({k for _, row in rows if isinstance(row, dict) for k in row})
+    if text_column is not None:
+        return column_records(path, tag, rows, text_column, columns), {}
     if is_chat(rows):
         chats = {}
         for locator, row in rows:
@@ -62,6 +70,22 @@ def read_records(path: str, tag: str) -> tuple[list[Example], dict[str, Messages
     if not examples:
         raise PrivauditorError(f"{path}: no usable records; {readable}")
     return [Example(f"{tag}:{e.sample_id}", e.prompt, e.target) for e in examples], {}
+
+
+def column_records(path: str, tag: str, rows: list, column: str, columns: list[str]) -> list[Example]:
+    """Each row's ``column`` as one record's text (empty cells skipped); a column no row has is an error."""
+    if column not in columns:
+        raise PrivauditorError(
+            f"{path}: no column '{column}' (--text-column); columns found: {', '.join(columns[:8]) or 'none'}"
+        )
+    found = []
+    for locator, row in rows:
+        value = row.get(column) if isinstance(row, dict) else None
+        if isinstance(value, str) and value.strip():
+            found.append(Example(f"{tag}:{row.get('id') or locator.replace(' ', '-')}", "", value))
+    if not found:
+        raise PrivauditorError(f"{path}: column '{column}' holds no text")
+    return found
 
 
 def normalised(text: str) -> str:

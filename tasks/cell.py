@@ -36,6 +36,7 @@ from .counting import install_from_env
 from .deadline import limit, remaining
 from .errors import PrivauditorError
 from .faults import in_cell
+from .progress import Progress
 from .provenance import directory_hash, hardware, versions
 from .signals import write_json
 from .spec import CellSpec, slug
@@ -273,6 +274,9 @@ def audit_checkpoints(
     last = checkpoints[-1][1]
     parts = {part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")}
     audited = []
+    shown = Progress(
+        f"auditing {len(checkpoints)} checkpoints ({len(spec.attacks)} attacks)", len(checkpoints)
+    )
     for epoch, step in checkpoints:
         load_snapshot(model, snapshots, step)
         folder = cell_dir if step == last else cell_dir / checkpoint_path(step)
@@ -313,6 +317,8 @@ def audit_checkpoints(
             | ({} if spent is None else {"epsilon": spent, "dp_violations": violations})
             | ({"elsewhere": found.elsewhere} if found.elsewhere else {})
         )
+        shown.update(1, epoch=epoch)
+    shown.close()
     return audited
 
 

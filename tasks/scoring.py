@@ -23,6 +23,7 @@ import torch
 
 from .datasets import Example
 from .deadline import check
+from .progress import Progress
 from .training import collate, encode
 
 
@@ -125,6 +126,7 @@ def score_examples(
     chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // vocab)
     # on an accelerator the whole chunk at once: there, many small pieces would cost kernel launches
     stats_rows = max(1, min(chunk_rows, STATS_ELEMENTS // vocab)) if device.type == "cpu" else chunk_rows
+    shown = Progress(f"scoring {len(data)} texts", -(-len(data) // batch_size))
     for start in range(0, len(data), batch_size):
         check("scoring")
         rows_of_batch = order[start : start + batch_size]
@@ -157,6 +159,8 @@ def score_examples(
             stats = [c[cut] for c in columns]
             out[rows_of_batch[row]] = TokenStats(ids, *stats) if moments else TokenStats(ids, stats[0])
             offset += n
+        shown.update(1)
+    shown.close()
     return out  # type: ignore[return-value]  # every slot filled
 
 

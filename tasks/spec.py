@@ -134,9 +134,10 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "--")).strip("-") or "x"
 
 
-def resolve(config: CellConfig, build: bool = True) -> CellSpec:
+def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> CellSpec:
     """The :class:`CellSpec` of ``config`` (see the module docstring); ``build=False`` leaves offline
-    models that are not built yet unidentified instead of pre-training them."""
+    models that are not built yet unidentified instead of pre-training them. ``data``: the records'
+    identity when the caller has read them itself (an audit's two files), instead of the dataset's."""
     from .adaptations import build_adaptation
     from .datasets import dataset_identity
     from .dp import resolve_dp, unsupported_reason
@@ -146,7 +147,7 @@ def resolve(config: CellConfig, build: bool = True) -> CellSpec:
 
     technique = build_adaptation(config.adaptation, config.adaptation_params.get(config.adaptation))
     spec = resolve_model(config.model)
-    data = dataset_identity(config.dataset)  # a wrong dataset fails here, before anything is pre-trained
+    data = data or dataset_identity(config.dataset)  # a wrong dataset fails here, before any pre-training
     train = config.train
     trains = technique.trains
     deepspeed = train.deepspeed

@@ -34,6 +34,7 @@ import torch
 
 from .datasets import Example
 from .deadline import check, expired, timeout
+from .progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,11 @@ def train(
     device = parameters[0].device
     model.train()
     started = time.perf_counter()
+    shown = Progress(  # one rank speaks for all
+        f"training ({len(examples)} records, {config.epochs} epochs)",
+        steps_per_epoch * config.epochs,
+        quiet=rank > 0,
+    )
     for epoch in range(config.epochs):
         if sampler is None:
             order = torch.randperm(len(data), generator=generator).tolist()
@@ -251,7 +257,9 @@ def train(
             epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
             result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
             snapshot(len(result.loss_curve))
+            shown.update(1, loss=result.loss_curve[-1])
         result.epoch_losses.append(round(epoch_loss / max(1, epoch_tokens), 4))
+    shown.close()
     result.steps = steps_per_epoch * config.epochs
     result.seconds = round(time.perf_counter() - started, 2)
     model.eval()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import privauditor
+import privauditor.tasks.errors
 from privauditor.orchestrator.audit_report import browser
 from privauditor.orchestrator.cli import main
 
@@ -121,3 +122,24 @@ def test_the_cli_calls_the_api_and_writes_a_report_without_member_text(audited, 
     assert CANARY not in dom and result.cell_id in dom
     pdf = page.with_suffix(".pdf")
     assert pdf.read_bytes().startswith(b"%PDF") and f"report: {pdf}" in printed
+
+
+def test_a_named_column_of_csv_and_parquet_files_is_audited(tmp_path):
+    """Records in a column of the user's naming (CSV members, Parquet non-members); a column that is not
+    there is a one-line error naming the columns found, before any model is loaded."""
+    import pandas as pd
+
+    rng = np.random.default_rng(2)
+    words = ["ledger", "invoice", "account", "transfer", "branch", "balance", "credit", "payment"]
+    texts = [" ".join(rng.choice(words, 10)) for _ in range(32)]
+    pd.DataFrame({"ticket": range(16), "body": texts[:16]}).to_csv(tmp_path / "m.csv", index=False)
+    pd.DataFrame({"ticket": range(16), "body": texts[16:]}).to_parquet(tmp_path / "n.parquet")
+    with pytest.raises(privauditor.tasks.errors.PrivauditorError, match=r"no column 'text'.*body, ticket"):
+        privauditor.audit("tiny-gpt2", tmp_path / "m.csv", tmp_path / "n.parquet", tmp_path / "out",
+                          text_column="text")  # fmt: skip
+    result = privauditor.audit(
+        "tiny-gpt2", tmp_path / "m.csv", tmp_path / "n.parquet", tmp_path / "out", text_column="body",
+        settings=["attacks=[loss]", "score.bootstrap=20"],
+    )  # fmt: skip
+    assert (result.record["n_members"], result.record["n_nonmembers"]) == (16, 16)
+    assert result.metrics["loss"]["n_members"] == 16

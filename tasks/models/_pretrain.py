@@ -136,7 +136,7 @@ def pretrain(
     model, tokenizer, train_texts, held_out_texts, objective: str, profile: PretrainProfile, label: str
 ) -> dict:
     """Train ``model`` in place; return held-out loss, unigram baseline, timings and the loss curve."""
-    from tqdm.auto import tqdm
+    from ..progress import Progress
 
     vocab_size = model.config.vocab_size
     train = token_stream(train_texts, tokenizer)
@@ -159,8 +159,8 @@ def pretrain(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     model.train()
     curve, started = [], time.perf_counter()
-    bar = tqdm(range(profile.steps), desc=f"pre-training {label}", leave=False, mininterval=2)
-    for step in bar:
+    bar = Progress(f"pre-training {label}", profile.steps)
+    for _ in range(profile.steps):
         starts = torch.randint(len(train) - profile.seq_len, (profile.batch_size,), generator=gen)
         windows = with_repeats(_windows(train, profile.seq_len, starts), objective, profile.repeats, gen)
         batch = _batch(objective, windows, tokenizer, vocab_size, gen)
@@ -171,8 +171,8 @@ def pretrain(
         optimizer.step()
         scheduler.step()
         curve.append(round(loss.item(), 4))
-        if step % 25 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.update(1, loss=f"{loss.item():.3f}")
+    bar.close()
     seconds = time.perf_counter() - started
     model.eval()
     result = evaluate(model, tokenizer, train, held_out, objective, profile)
