@@ -85,7 +85,7 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
 
 
 def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
-    from .leaderboard import fraction_text, tpr_text
+    from .formats import fraction_text, tpr_text
     from .summary import SUMMARY_HEADER, summary
 
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>privauditor leaderboard</title>"]

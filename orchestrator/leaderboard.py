@@ -29,9 +29,9 @@ from typing import Any
 from privauditor.tasks.cell import checkpoint_results
 from privauditor.tasks.faults import point
 from privauditor.tasks.signals import atomic_write
-from privauditor.tasks.spec import CellSpec
+from privauditor.tasks.spec import CellSpec, setting_of
 
-from .board.records import setting_of
+from .formats import fraction_text, tpr_text
 from .summary import SUMMARY_HEADER, summary
 
 #: per low-FPR rate (tasks/metrics.py): its Clopper-Pearson interval, the 95 % upper bound on the true FPR of
@@ -230,28 +230,6 @@ def write_html(out: Path, found: list[dict[str, Any]]) -> None:
     from .html import leaderboard_html
 
     _atomic(out / "leaderboard.html", lambda p: p.write_text(leaderboard_html(out, found)))
-
-
-def tpr_text(row: dict[str, Any], rate: str) -> str:
-    """A low-FPR rate as a page shows it: ``0.120 [0.085, 0.163]``, ``few`` where fewer than 10 false
-    positives were expected at its target, and ``of N`` for the TPR at 0 false positives."""
-    value = row.get(rate)
-    if value is None:
-        return "-"
-    text = f"{value:.3f}"
-    if row.get(f"{rate}_ci_low") is not None:
-        text += f" [{row[f'{rate}_ci_low']:.3f}, {row[f'{rate}_ci_high']:.3f}]"
-    if rate == "tpr_at_0fp":
-        return text + f" of {row['n_nonmembers']}"
-    return text + (" (few non-members)" if row.get(f"{rate}_few") else "")
-
-
-def fraction_text(fraction: float | None) -> str:
-    """A trainable fraction as a percentage with two significant digits (``36 %``, ``2.3 %``, ``0.012 %``)."""
-    if fraction is None:
-        return "-"
-    percent = 100 * fraction
-    return f"{percent:.0f} %" if percent >= 10 else f"{percent:.2g} %"
 
 
 def _markdown(header: list[str], body: list[list[Any]]) -> str:

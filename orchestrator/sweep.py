@@ -28,8 +28,7 @@ from typing import Any
 
 import privauditor.sweeps as sweeps_package
 from privauditor.tasks.config import CellConfig, cell_config
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.registry import unknown_name_message
+from privauditor.tasks.errors import PrivauditorError, unknown_name_message
 from privauditor.tasks.settings import build, load_yaml
 
 from .hypothesis import Hypothesis, parse

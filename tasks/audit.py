@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .adapted import load_adapted, virtual_tokens
 from .audit_inputs import check_inputs, read_records
 from .cache import stable_hash
 from .cell import CellOutcome, check_context, check_results_dir
 from .chat import render, template_of
 from .config import DEFAULT_ATTACKS, CellConfig
 from .datasets import content_hash
-from .errors import PrivauditorError, one_line
+from .errors import PrivauditorError
 from .provenance import directory_hash, versions
 from .signals import write_json
 from .spec import resolve, slug
@@ -53,44 +54,6 @@ def audit_config(model: str, members: str, assignments: list[str]) -> CellConfig
     return cell_config(settings, assignments)
 
 
-def load_adapted(model: str | Any, adapter: str | None) -> tuple[Any, str, int]:
-    """The loaded model with the adapter applied, the adapter's name, and its trainable-parameter count."""
-    from .adaptations import build_adaptation
-    from .models import load_model
-
-    loaded = load_model(model)
-    if adapter is None:
-        return loaded, "checkpoint", 0
-    path = Path(adapter)
-    if not path.is_dir():
-        raise PrivauditorError(f"adapter directory {adapter} does not exist")
-    if (path / "adaptation.json").is_file():
-        saved = json.loads((path / "adaptation.json").read_text())
-        name = saved.pop("adaptation")
-        technique = build_adaptation(name, saved)
-    elif (path / "adapter_config.json").is_file():
-        from .adaptations._peft import PeftAdaptation
-
-        technique, name = PeftAdaptation(), "peft"
-    else:
-        raise PrivauditorError(
-            f"{adapter}: not an adapter directory (no adapter_config.json or adaptation.json)"
-        )
-    before = sum(p.numel() for p in loaded.model.parameters())
-    try:
-        adapted = technique.load(loaded.model, loaded.family, path)
-    except MemoryError:
-        raise
-    except Exception as exc:  # corrupted weights, or an adapter saved for another base
-        kind = "unreadable safetensors" if "safetensor" in repr(exc).lower() else "does not fit this base"
-        raise PrivauditorError(
-            f"adapter {adapter} {kind} (model {loaded.spec.name}): {one_line(exc)}"
-        ) from None
-    loaded.model = adapted.eval()
-    added = sum(p.numel() for p in adapted.parameters()) - before
-    return loaded, name, max(added, 0)
-
-
 def file_identity(path: str, records: int) -> dict[str, Any]:
     """A file as a report may name it: sha256 of its bytes, its size and the records read from it."""
     digest = hashlib.sha256()
@@ -98,12 +61,6 @@ def file_identity(path: str, records: int) -> dict[str, Any]:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return {"sha256": digest.hexdigest(), "bytes": Path(path).stat().st_size, "records": records}
-
-
-def virtual_tokens(model: Any) -> int:
-    """Positions a loaded peft prompt-learning adapter puts in front of the input (0 for any other)."""
-    configs = getattr(model, "peft_config", {}).values()
-    return max([getattr(c, "num_virtual_tokens", 0) or 0 for c in configs if c.is_prompt_learning], default=0)
 
 
 @dataclass(frozen=True)

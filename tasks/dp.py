@@ -31,8 +31,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import PrivauditorError
-from .registry import unknown_name_message
+from .errors import PrivauditorError, unknown_name_message
 
 #: bump whenever a change to DP training alters the weights it trains (part of every DP cell id)
 DP_VERSION = 1

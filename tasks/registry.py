@@ -24,33 +24,15 @@ and, in another package's ``pyproject.toml``::
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import pkgutil
 import threading
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from .errors import PrivauditorError, UnknownNameError
+from .errors import PrivauditorError, UnknownNameError, unknown_name_message
 
 T = TypeVar("T")
-
-
-def closest(name: str, known: list[str]) -> str | None:
-    """The known name most similar to ``name`` (for "did you mean"), or None if nothing is close."""
-    matches = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    if not matches:
-        lowered = {k.lower(): k for k in known}
-        matches = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.5)
-        matches = [lowered[m] for m in matches]
-    return matches[0] if matches else None
-
-
-def unknown_name_message(kind: str, name: str, known: list[str]) -> str:
-    """One line: the unknown name, the closest known one and the full list."""
-    hint = closest(name, known)
-    did_you_mean = f"; did you mean '{hint}'?" if hint else ""
-    return f"unknown {kind} '{name}'{did_you_mean} (known: {', '.join(sorted(known)) or 'none'})"
 
 
 class Registry(Generic[T]):

@@ -21,8 +21,7 @@ import types
 import typing
 from typing import Any, Literal, Union
 
-from .errors import PrivauditorError
-from .registry import unknown_name_message
+from .errors import PrivauditorError, unknown_name_message
 
 # YAML 1.2's float forms that YAML 1.1 (PyYAML) leaves as strings: an exponent without a dot ("3e-4",
 # "1E5"), next to PyYAML's own pattern

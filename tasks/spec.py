@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .cache import stable_hash
-from .config import DeepSpeedSettings, ScoreSettings, SplitConfig, whole
 from .errors import PrivauditorError
+from .sections import DeepSpeedSettings, ScoreSettings, SplitConfig, whole
 
 if TYPE_CHECKING:
     from .config import CellConfig
@@ -205,3 +205,9 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
         defence=config.defence,
         defence_params=defence_params,
     )
+
+
+def setting_of(spec: dict[str, Any]) -> str:
+    """The hash of a resolved spec (``CellSpec.to_dict()``) without its seed: what cells of different
+    seeds share."""
+    return stable_hash({k: v for k, v in spec.items() if k != "seed"}, 16)

@@ -38,7 +38,7 @@ class ViewJob:
 
 def compute_view(job: ViewJob) -> dict[str, Any]:
     """Rebuild the target and store ``job.view``; returns where and how long (seconds) it ran."""
-    from .audit import load_adapted
+    from .adapted import load_adapted
     from .counting import install_from_env
     from .evaluate import Scorer
 

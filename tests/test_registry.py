@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from privauditor.tasks.errors import PrivauditorError, UnknownNameError
-from privauditor.tasks.registry import Registry, closest
+from privauditor.tasks.errors import PrivauditorError, UnknownNameError, closest
+from privauditor.tasks.registry import Registry
 
 
 @pytest.fixture

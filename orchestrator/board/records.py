@@ -28,6 +28,9 @@ from typing import Any
 
 from privauditor.tasks.cache import stable_hash
 from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.spec import setting_of
+
+from ..leaderboard import TPR_COLUMNS
 
 FORMAT = "privauditor-board-record"
 SCHEMA_VERSION = 2
@@ -41,13 +44,8 @@ ATTACK_FIELDS_V1 = (
     "access", "auc", "auc_ci_low", "auc_ci_high", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members",
     "n_nonmembers", "delta", "eps_lower", "eps_ceiling", "dp_violation", "auc_repeated_vs_singleton",
 )  # fmt: skip
-#: the low-FPR fields, as :data:`privauditor.orchestrator.leaderboard.TPR_COLUMNS` names them (spelled out
-#: here because the leaderboard imports this module; a test keeps the two equal)
-TPR_FIELDS = (
-    *(f"{rate}{part}" for rate in ("tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "tpr_at_0fp")
-      for part in ("_ci_low", "_ci_high", "_fpr_bound", *(() if rate == "tpr_at_0fp" else ("_few",)))),
-    "tpr_at_0fp",
-)  # fmt: skip
+#: the low-FPR fields: the leaderboard's columns of them
+TPR_FIELDS = tuple(TPR_COLUMNS)
 #: a record's fields (every one present; ``None`` where it does not apply)
 FIELDS = (*FIELDS_V1[:-4], "trainable_fraction", *FIELDS_V1[-4:])
 #: per attack
@@ -86,11 +84,6 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
-
-
-def setting_of(spec: dict[str, Any]) -> str:
-    """The hash of a resolved spec without its seed: what cells of different seeds share."""
-    return stable_hash({k: v for k, v in spec.items() if k != "seed"}, 16)
 
 
 def record_key(spec: dict[str, Any], run: str, cell_id: str, step: int | None) -> str:

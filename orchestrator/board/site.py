@@ -31,8 +31,9 @@ from typing import Any
 
 from privauditor.orchestrator.battery import diagram
 from privauditor.orchestrator.blocks import fraction_text
+from privauditor.orchestrator.formats import tpr_text
 from privauditor.orchestrator.html import SCRIPT, STYLE, Raw, _img, _table, privacy_utility_png
-from privauditor.orchestrator.leaderboard import tpr_text, write
+from privauditor.orchestrator.leaderboard import write
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.spec import slug
 

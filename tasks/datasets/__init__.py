@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
-from ..registry import Registry, unknown_name_message
+from ..errors import DataError, unknown_name_message
+from ..registry import Registry
 from ._base import MAX_RECORD_CHARS, DatasetPlugin, Example, LoadReport, build_examples, content_hash
 from ._sources import FILE_SUFFIXES, read_file, read_hub
 

@@ -16,7 +16,6 @@ Example::
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import logging
 import os
@@ -25,8 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import PrivauditorError, UnknownNameError, one_line
-from ..registry import unknown_name_message
+from ..errors import PrivauditorError, UnknownNameError, one_line, unknown_name_message
 from ._spec import (
     FAMILIES,
     MODELS,
@@ -38,6 +36,7 @@ from ._spec import (
     TinyArchitecture,
     active_profile,
 )
+from ._weights import checkpoint_identity
 
 log = logging.getLogger(__name__)
 
@@ -209,10 +208,6 @@ def pretrain_report(path: str | Path) -> dict[str, Any]:
     return json.loads((Path(path) / "pretrain.json").read_text())
 
 
-#: weight files whose bytes identify a checkpoint
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-
-
 def weights_identity(model: str | ModelSpec, build: bool = True) -> str | None:
     """What a model's weights are, for cell ids: ``sha256:<hex>`` of an offline or local checkpoint's
     weight files (names and bytes), ``revision:<revision>`` of a Hugging Face checkpoint (``main`` unless
@@ -236,27 +231,6 @@ def masked_lm_identity(build: bool = True) -> str | None:
     """:func:`weights_identity` of the offline masked LM that makes neighbour texts."""
     path = masked_lm_path(build)
     return None if path is None else checkpoint_identity(path)
-
-
-_HASHES: dict[tuple, str] = {}
-
-
-def checkpoint_identity(folder: Path) -> str:
-    """``sha256:<hex>`` over the names and bytes of a checkpoint folder's weight files."""
-    files = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
-    if not files:
-        raise PrivauditorError(f"model directory {folder} has no weight files ({', '.join(WEIGHT_SUFFIXES)})")
-    stats = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files)
-    key = (str(folder.resolve()), stats)
-    if key not in _HASHES:
-        digest = hashlib.sha256()
-        for file in files:
-            digest.update(file.name.encode() + b"\x00")
-            with open(file, "rb") as handle:
-                while chunk := handle.read(1 << 24):
-                    digest.update(chunk)
-        _HASHES[key] = f"sha256:{digest.hexdigest()}"
-    return _HASHES[key]
 
 
 TRUST_REMOTE_CODE_ENV = "PRIVAUDITOR_TRUST_REMOTE_CODE"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..cache import cached_dir
 from ..errors import PrivauditorError, one_line
+from ._weights import checkpoint_identity
 
 #: bump when the conversion changes what lands in the cache
 CONVERSION_VERSION = 1
@@ -52,8 +53,6 @@ def package_base_dir(name: str, packaged: Packaged, build: bool = True) -> Path 
 
 def packaged_identity(folder: Path, packaged: Packaged) -> str:
     """``sha256:<hex of the converted weights>@<package>==<version>``."""
-    from . import checkpoint_identity
-
     return f"{checkpoint_identity(folder)}@{packaged.requirement}"
 
 

@@ -21,8 +21,7 @@ from dataclasses import asdict, replace
 
 import torch
 
-from ._spec import Induction, PretrainProfile
-from ._tiny import MASK_RATE
+from ._spec import MASK_RATE, Induction, PretrainProfile
 
 log = logging.getLogger(__name__)
 

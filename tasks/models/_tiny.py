@@ -14,12 +14,8 @@ from pathlib import Path
 
 from ..cache import cached_dir
 from ._corpus import load_corpus
-from ._spec import FAMILIES, PretrainProfile, TinyArchitecture, active_profile
+from ._spec import FAMILIES, MASK_RATE, PretrainProfile, TinyArchitecture, active_profile
 from ._tokenizer import SPECIAL_TOKENS, VOCAB_SIZE, tokenizer_dir
-
-# Share of positions the masked LM predicts. BERT's 15 % left a tiny MLM at the unigram loss after 600
-# steps here; 40 % (Wettig et al. 2023, https://arxiv.org/abs/2202.08005) gives each step more signal.
-MASK_RATE = 0.4
 
 TINY_FORMAT = 2  # bump when a change to this module changes the weights built for the same key
 MASKED_LM_ARCH = TinyArchitecture(hidden=128, layers=2, heads=4, ffn=512, max_positions=512)
@@ -172,8 +168,3 @@ def masked_lm_dir(profile: PretrainProfile | None = None, build: bool = True) ->
     corpus, tok_dir, tokenizer = found
     config = masked_lm_config(len(tokenizer), tokenizer.pad_token_id)
     return _cached_model("tiny-mlm", config, "mlm", profile, corpus, tok_dir, build, mask_rate=MASK_RATE)
-
-
-def pretrain_report(path: str | Path) -> dict:
-    """The ``pretrain.json`` of a cached tiny base or masked LM."""
-    return json.loads((Path(path) / "pretrain.json").read_text())

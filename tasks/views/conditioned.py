@@ -85,7 +85,7 @@ class ConditionedView(View):
         import numpy as np
         import pyarrow as pa
 
-        from ..audit import virtual_tokens
+        from ..adapted import virtual_tokens
 
         examples, plain = self._texts(context)  # plain: the unconditioned signals, whose positions to keep
         target = context.scorer("target")

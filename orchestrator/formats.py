@@ -1,0 +1,28 @@
+"""How a leaderboard figure is written on a page or in a table (the HTML leaderboard, the board's site,
+an audit's report and the Markdown summaries share these)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def tpr_text(row: dict[str, Any], rate: str) -> str:
+    """A low-FPR rate as a page shows it: ``0.120 [0.085, 0.163]``, ``few`` where fewer than 10 false
+    positives were expected at its target, and ``of N`` for the TPR at 0 false positives."""
+    value = row.get(rate)
+    if value is None:
+        return "-"
+    text = f"{value:.3f}"
+    if row.get(f"{rate}_ci_low") is not None:
+        text += f" [{row[f'{rate}_ci_low']:.3f}, {row[f'{rate}_ci_high']:.3f}]"
+    if rate == "tpr_at_0fp":
+        return text + f" of {row['n_nonmembers']}"
+    return text + (" (few non-members)" if row.get(f"{rate}_few") else "")
+
+
+def fraction_text(fraction: float | None) -> str:
+    """A trainable fraction as a percentage with two significant digits (``36 %``, ``2.3 %``, ``0.012 %``)."""
+    if fraction is None:
+        return "-"
+    percent = 100 * fraction
+    return f"{percent:.0f} %" if percent >= 10 else f"{percent:.2g} %"
