@@ -71,17 +71,6 @@ class Shape:
         return cls(total, sum(linear.values()), largest, layers, hidden, seq2seq, heads, config.vocab_size,
                    width, encoder_layers, source)  # fmt: skip
 
-    @classmethod
-    def from_params(cls, params: float, vocab: int = 32000) -> Shape:
-        """A decoder of ``params`` weights at the usual proportions (``params = 12 · layers · hidden²``,
-        128 wide per layer and per head): for a checkpoint known only by its size."""
-        hidden = max(128, round((params * 128 / 12) ** (1 / 3) / 128) * 128)
-        layers = max(1, round(params / (12 * hidden * hidden)))
-        n = int(params)
-        return cls(
-            n, n, max(vocab * hidden, 4 * hidden * hidden), layers, hidden, False, hidden // 128, vocab
-        )
-
 
 def _first(config: Any, *names: str) -> int:
     return next(getattr(config, n) for n in names if getattr(config, n, None))

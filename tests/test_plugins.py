@@ -86,3 +86,21 @@ def test_an_attack_from_another_installed_package_runs_in_a_cell(tmp_path):
     assert toy == [float(np.min(lp)) for lp in signals.column("logp").to_pylist()]
     # nothing of privauditor was edited, and this process never saw the plugin
     assert "worst_token" not in ATTACKS.names() and fingerprint(tasks) == before
+
+
+def test_a_family_declares_transposed_linear_layers_exactly_when_its_model_has_them():
+    """peft's ``fan_in_fan_out`` (LoRA, IA3) comes from ``Family.transposed_linear``: True exactly for the
+    families whose model holds transformers' Conv1D layers (weights stored as in x out), such as GPT-2."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+    from transformers.pytorch_utils import Conv1D
+
+    from privauditor.tasks.models import FAMILIES, tiny_config
+
+    found = {}
+    for name in FAMILIES.names():
+        family = FAMILIES.get(name)
+        auto = AutoModelForSeq2SeqLM if family.seq2seq else AutoModelForCausalLM
+        model = auto.from_config(tiny_config(name))
+        found[name] = (family.transposed_linear, any(isinstance(m, Conv1D) for m in model.modules()))
+    assert all(declared == has for declared, has in found.values()), found
+    assert found["gpt2"] == (True, True) and found["llama"] == (False, False)

@@ -32,6 +32,6 @@ class IA3Adaptation(PeftAdaptation):
         return IA3Config(
             target_modules=attention + feedforward,
             feedforward_modules=feedforward,
-            fan_in_fan_out=family.name == "gpt2",
+            fan_in_fan_out=family.transposed_linear,
             task_type=task_type(family),
         )

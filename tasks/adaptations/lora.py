@@ -62,6 +62,6 @@ class LoRAAdaptation(PeftAdaptation):
             lora_alpha=self.alpha,
             lora_dropout=self.dropout,
             target_modules=targets,
-            fan_in_fan_out=family.name == "gpt2",  # GPT-2's Conv1D stores weights transposed
+            fan_in_fan_out=family.transposed_linear,
             task_type=task_type(family),
         )

@@ -36,10 +36,6 @@ class Corpus:
     held_out: tuple[str, ...]
     sha256: str
 
-    @property
-    def n_chars(self) -> int:
-        return sum(map(len, self.train)) + sum(map(len, self.held_out))
-
 
 def _gensim_test_data() -> Path:
     spec = importlib.util.find_spec("gensim")

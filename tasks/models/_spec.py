@@ -188,6 +188,8 @@ class Family:
     #: The tiny base gets the profile's copy curriculum (:class:`Induction`): only where it was measured to
     #: make the base copy (``benchmarks/copy_pretraining.py``); elsewhere it costs time and held-out loss.
     copy_curriculum: ClassVar[bool] = False
+    #: Its linear layers store weights as (in, out), as GPT-2's Conv1D does (peft's ``fan_in_fan_out``)
+    transposed_linear: ClassVar[bool] = False
 
     def tiny_config(
         self, arch: TinyArchitecture, vocab_size: int, special_ids: dict[str, int]

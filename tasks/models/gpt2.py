@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 @register_family
 class GPT2Family(Family):
     name = "gpt2"
+    transposed_linear = True  # Conv1D
     model_types = ("gpt2",)
     paper = "https://openai.com/research/better-language-models"
     modules = ModuleMap(
