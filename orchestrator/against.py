@@ -25,7 +25,7 @@ from scipy.stats import kendalltau, rankdata
 
 from . import blocks as blk
 from .battery import battery_of
-from .defences import _table
+from .formats import markdown_table
 
 #: the AUC a technique's members must reach to count as identifiable
 CANARY_AUC = 0.95
@@ -87,7 +87,7 @@ def against(
     header = ["technique", f"rank, {names[0]}", f"rank, {names[1]}", f"mean AUC, {names[0]}",
               f"mean AUC, {names[1]}", f"first epoch to AUC ≥ {CANARY_AUC}, {names[0]}",
               f"first epoch to AUC ≥ {CANARY_AUC}, {names[1]}"]  # fmt: skip
-    lines += _table(header, body)
+    lines += [markdown_table(header, body), ""]
     if len(shared) >= 3:
         tau = kendalltau(a, b)
         lines.append(

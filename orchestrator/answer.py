@@ -20,6 +20,7 @@ import numpy as np
 from . import blocks as blk
 from . import ranking
 from .battery import ALPHA, Battery, diagram
+from .formats import markdown_table
 
 
 def _p(value: float) -> str:
@@ -116,18 +117,13 @@ def _ranking_table(found: Battery, context: dict[str, Any]) -> list[str]:
     hypothesis = context.get("hypothesis")
     classes = hypothesis.classes if hypothesis else None
     header = ["rank", "technique", *(["class"] if classes else []), "trainable", "mean AUC"]
-    lines = [
-        "| " + " | ".join([*header, "mean rank [95 % CI over blocks]"]) + " |",
-        "|" + "---|" * (len(header) + 1),
-    ]
+    body = []
     for i, name in enumerate(found.names, 1):
         low, high = found.rank_ci[name]
         cells = [str(i), name, *([classes.get(name, "-")] if classes else [])]
         cells += [blk.fraction_text(context["fractions"].get(name)), f"{found.mean_auc[name]:.3f}"]
-        lines.append(
-            "| " + " | ".join([*cells, f"{found.mean_rank[name]:.1f} [{low:.1f}, {high:.1f}]"]) + " |"
-        )
-    return lines
+        body.append([*cells, f"{found.mean_rank[name]:.1f} [{low:.1f}, {high:.1f}]"])
+    return markdown_table([*header, "mean rank [95 % CI over blocks]"], body).split("\n")
 
 
 def _omnibus(found: Battery, verdicts: dict[str, list[str]]) -> list[str]:

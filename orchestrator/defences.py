@@ -19,16 +19,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from .formats import markdown_table
 from .summary import final
 
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value:.3f}"
-
-
-def _table(header: list[str], body: list[list[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body] + [""]
 
 
 def violations(rows: list[dict[str, Any]]) -> list[str]:
@@ -81,7 +77,7 @@ def defence_table(rows: list[dict[str, Any]], attack: str) -> list[str]:
             "The ε bound is Jagielski et al.'s Clopper-Pearson lower bound at the cell's δ (Bonferroni over "
             "thresholds); the ceiling is the most this many scored records could show, so a bound at its "
             "ceiling says \"at least this much\" and no more.", "",
-            *_table(header, body)]  # fmt: skip
+            markdown_table(header, body), ""]  # fmt: skip
 
 
 def duplication_table(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
@@ -107,4 +103,4 @@ def duplication_table(out: Path, rows: list[dict[str, Any]], attack: str) -> lis
             f"`{attack}` AUC of each group of members, by how many times one run trained them, against the "
             "same non-members, and the AUC of repeated members against singletons (0.5: no difference), at "
             "every checkpoint:", "",
-            *_table(header, body)]  # fmt: skip
+            markdown_table(header, body), ""]  # fmt: skip

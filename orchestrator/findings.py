@@ -37,6 +37,7 @@ from .against import against
 from .answer import answer
 from .battery import ALPHA, Battery, battery_of, run
 from .defences import defence_table, duplication_table, violations
+from .formats import markdown_table
 from .hypothesis import of_results
 from .matched import MARGIN, matched
 
@@ -52,11 +53,6 @@ CAVEAT = (
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value:.3f}"
-
-
-def _table(header: list[str], body: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
 
 
 def findings(
@@ -125,7 +121,9 @@ def _strongest(rows: list[dict[str, Any]], view: str, main: Battery | None) -> l
         "",
         f"Mean AUC over the {len(main.names)} ranked techniques at the {view} checkpoint (model-free attacks left out):",
         "",
-        _table(["model", "dataset", "strongest attack", "mean AUC", "leakiest technique under it"], body),
+        markdown_table(
+            ["model", "dataset", "strongest attack", "mean AUC", "leakiest technique under it"], body
+        ),
         "",
     ]
 
@@ -142,7 +140,7 @@ def _summary(found: Battery) -> list[str]:
         tests += f"; Wilcoxon–Holm: {len(found.significant)} of {len(found.pairs)} pairs significant"
     else:
         tests += ": no test over one block"
-    return [tests + ".", "", _table(["rank", "technique", "mean AUC", "mean rank"], body), ""]
+    return [tests + ".", "", markdown_table(["rank", "technique", "mean AUC", "mean rank"], body), ""]
 
 
 def _other_views(out: Path, rows: list[dict[str, Any]], attack: str, view: str, found: dict) -> list[str]:
@@ -190,7 +188,7 @@ def _other_views(out: Path, rows: list[dict[str, Any]], attack: str, view: str, 
         lines += [
             "<details><summary>Every reading at the level</summary>",
             "",
-            _table(
+            markdown_table(
                 ["model", "dataset", "seed", "technique", "AUC at the level", "95% CI", "between epochs"],
                 body,
             ),
@@ -218,7 +216,7 @@ def _equal_epochs(found: dict) -> list[str]:
         "",
         "Mean AUC over every split at each checkpoint (epoch 0: the technique's initial state):",
         "",
-        _table(["technique", *(f"epoch {e:g}" for e in epochs)], body),
+        markdown_table(["technique", *(f"epoch {e:g}" for e in epochs)], body),
         "",
     ]
 
@@ -279,7 +277,7 @@ def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
         lines += [
             "<details><summary>The significant pairs</summary>",
             "",
-            _table(header, significant),
+            markdown_table(header, significant),
             "",
             "</details>",
             "",
@@ -336,7 +334,7 @@ def _across_seeds(picked: dict, view: str) -> list[str]:
         f"At the {view} checkpoint, per block: the t-interval of the mean of the per-seed AUC differences "
         "(seeds as replicates of the block's training; every pair, Holm over the block's pairs).",
         "",
-        _table(header, body),
+        markdown_table(header, body),
         "",
     ]
 
@@ -363,7 +361,7 @@ def _controls(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
             "Model-free `blind` classifier per split (out-of-fold AUC; its permutation null's mean sits "
             "below 0.5, so the split is judged by the permutation p-value, Holm over splits):",
             "",
-            _table(["dataset", "seed", "blind AUC", "null mean", "p (Holm)", "status"], body),
+            markdown_table(["dataset", "seed", "blind AUC", "null mean", "p (Holm)", "status"], body),
             "",
         ]
     else:
@@ -373,7 +371,7 @@ def _controls(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
         lines += [
             f"The un-adapted base (`none`) under `{attack}`:",
             "",
-            _table(["model", "dataset", "seed", "AUC"], body),
+            markdown_table(["model", "dataset", "seed", "AUC"], body),
             "",
         ]
     else:

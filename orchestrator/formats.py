@@ -26,3 +26,12 @@ def fraction_text(fraction: float | None) -> str:
         return "-"
     percent = 100 * fraction
     return f"{percent:.0f} %" if percent >= 10 else f"{percent:.2g} %"
+
+
+def markdown_table(header: list[str], body: list[list[Any]]) -> str:
+    """A Markdown table (GitHub's pipe tables), one row per ``body`` entry; a row whose cells do not match
+    the header is an error, never a shifted table."""
+    if any(len(row) != len(header) for row in body):
+        raise ValueError(f"a Markdown row does not have the {len(header)} cells of its header {header}")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])

@@ -31,7 +31,7 @@ from privauditor.tasks.faults import point
 from privauditor.tasks.signals import atomic_write
 from privauditor.tasks.spec import CellSpec, setting_of
 
-from .formats import fraction_text, tpr_text
+from .formats import fraction_text, markdown_table, tpr_text
 from .summary import SUMMARY_HEADER, summary
 
 #: per low-FPR rate (tasks/metrics.py): its Clopper-Pearson interval, the 95 % upper bound on the true FPR of
@@ -210,15 +210,15 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
         "Mean ± std AUC per adaptation at each cell's last checkpoint (across models, datasets, seeds and "
         "attacks; `findings.md` compares techniques at equal epochs, best validation and matched utility):",
         "",
-        _markdown(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")),
+        markdown_table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")),
         "",
         "Mean ± std AUC per attack:",
         "",
-        _markdown(["attack", *SUMMARY_HEADER], summary(found, "attack")),
+        markdown_table(["attack", *SUMMARY_HEADER], summary(found, "attack")),
         "",
         "Every (cell, checkpoint, attack), highest AUC first:",
         "",
-        _markdown(header, body),
+        markdown_table(header, body),
         "",
     ]
     _atomic(out / "leaderboard.md", lambda p: p.write_text("\n".join(markdown)))
@@ -230,14 +230,6 @@ def write_html(out: Path, found: list[dict[str, Any]]) -> None:
     from .html import leaderboard_html
 
     _atomic(out / "leaderboard.html", lambda p: p.write_text(leaderboard_html(out, found)))
-
-
-def _markdown(header: list[str], body: list[list[Any]]) -> str:
-    if any(len(row) != len(header) for row in body):
-        raise ValueError(f"a Markdown row does not have the {len(header)} cells of its header {header}")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in body]
-    return "\n".join(lines)
 
 
 def _schema():

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from privauditor.orchestrator.leaderboard import SUMMARY_HEADER, _markdown, summary
+from privauditor.orchestrator.formats import markdown_table
+from privauditor.orchestrator.leaderboard import SUMMARY_HEADER, summary
 
 
 def row(adaptation, seed, auc, attack="loss", epoch=3):
@@ -37,7 +38,7 @@ def test_one_seed_spreads_over_rows_and_several_seeds_over_seed_means():
 
 def test_summary_tables_have_a_cell_per_header_column():
     found = [row("lora", 0, 0.6), row("full", 0, 0.7)]
-    table = _markdown(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))
+    table = markdown_table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))
     assert all(line.count("|") == len(SUMMARY_HEADER) + 2 for line in table.splitlines())
     with pytest.raises(ValueError, match="cells of its header"):
-        _markdown(["adaptation", "AUC", "rows"], summary(found, "adaptation"))
+        markdown_table(["adaptation", "AUC", "rows"], summary(found, "adaptation"))

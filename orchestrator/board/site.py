@@ -31,7 +31,7 @@ from typing import Any
 
 from privauditor.orchestrator.battery import diagram
 from privauditor.orchestrator.blocks import fraction_text
-from privauditor.orchestrator.formats import tpr_text
+from privauditor.orchestrator.formats import markdown_table, tpr_text
 from privauditor.orchestrator.html import SCRIPT, STYLE, Raw, _img, _table, privacy_utility_png
 from privauditor.orchestrator.leaderboard import write
 from privauditor.tasks.errors import PrivauditorError
@@ -259,8 +259,6 @@ def _tables(folder: Path, settings: list[dict[str, Any]]) -> None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    from privauditor.orchestrator.leaderboard import _markdown
-
     table_ = pa.Table.from_pylist(settings, schema=_schema())
     pq.write_table(table_, folder / "settings.parquet")
     pacsv.write_csv(table_, folder / "settings.csv")
@@ -270,7 +268,9 @@ def _tables(folder: Path, settings: list[dict[str, Any]]) -> None:
         [r[c] for c in columns] + [_f(r["auc"]), _f(r["auc_ci_low"]), _f(r["auc_ci_high"])] for r in settings
     ]
     (folder / "settings.md").write_text(
-        "# Board: setting rows\n\n" + _markdown([*columns, "auc", "auc_ci_low", "auc_ci_high"], body) + "\n"
+        "# Board: setting rows\n\n"
+        + markdown_table([*columns, "auc", "auc_ci_low", "auc_ci_high"], body)
+        + "\n"
     )
 
 
