@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.signals import write_text
+from privauditor.tasks.files import write_text
 
 from .formats import tpr_text
 from .leaderboard import access_of, tpr_fields

@@ -90,7 +90,7 @@ def _local_launcher(spec) -> object | None:
     import ray
     import torch
 
-    from .distributed import RayTrainLauncher
+    from .ray_train import RayTrainLauncher
     from .trials import forwarded_env
 
     gpus = 1.0 if torch.cuda.is_available() else 0.0

@@ -19,7 +19,7 @@ leaks. Everything after it is exploratory, and each family of tests says what it
 - **controls**: the model-free ``blind`` attack's permutation test per split and the un-adapted base.
 
 DP cells, DP violations (listed first, as bugs) and duplication have their own sections
-(:mod:`privauditor.orchestrator.defences`).
+(:mod:`privauditor.orchestrator.findings_tables`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from . import blocks as blk
 from .against import against
 from .answer import answer
 from .battery import ALPHA, Battery, battery_of, run
-from .defences import defence_table, duplication_table, violations
+from .findings_tables import defence_table, duplication_table, violations
 from .formats import markdown_table
 from .hypothesis import of_results
 from .matched import MARGIN, matched

@@ -28,7 +28,7 @@ from typing import Any
 
 from privauditor.tasks.cell import checkpoint_results
 from privauditor.tasks.faults import point
-from privauditor.tasks.signals import atomic_write
+from privauditor.tasks.files import atomic_write
 from privauditor.tasks.spec import CellSpec, setting_of
 
 from .formats import fraction_text, markdown_table, tpr_text

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from privauditor.tasks.signals import atomic_write
+from privauditor.tasks.files import atomic_write
 
 
 def roc_png(metrics: dict, path: Path, title: str) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.signals import write_json
+from privauditor.tasks.files import write_json
 
 #: the parts of a cell's ``cell.json`` that are published (``runtime`` names machines; it stays home)
 PROVENANCE_KEYS = (

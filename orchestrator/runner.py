@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.cell import check_results_dir
-from privauditor.tasks.signals import write_json, write_text
+from privauditor.tasks.files import write_json, write_text
 
 from .storage import Results
 from .sweep import Sweep

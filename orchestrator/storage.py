@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.cache import cache_root, stable_hash
-from privauditor.tasks.signals import atomic_write
+from privauditor.tasks.files import atomic_write
 
 #: what a leaderboard needs of each finished cell
 SUMMARY_FILES = ("DONE", "cell.json", "metrics.json")

@@ -81,8 +81,8 @@ def _trial(
     from privauditor.tasks.cell import CellEnvironment, checkpoint_results, run_cell
 
     from .attack_actor import attack_actor, ray_tasks
-    from .distributed import RayTrainLauncher
     from .plots import roc_png
+    from .ray_train import RayTrainLauncher
     from .storage import Results
     from .view_tasks import adapts, view_task
 

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from .attacks import build_attack
+from .files import read_table
 from .lower_bound import epsilon_bound
 from .metrics import attack_metrics, duplication_metrics
-from .signals import read_table
 from .views._base import aligned
 
 

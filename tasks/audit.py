@@ -28,8 +28,8 @@ from .chat import render, template_of
 from .config import DEFAULT_ATTACKS, CellConfig
 from .datasets import content_hash
 from .errors import PrivauditorError
+from .files import write_json
 from .provenance import directory_hash, versions
-from .signals import write_json
 from .spec import resolve, slug
 
 #: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which

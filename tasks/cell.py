@@ -36,9 +36,9 @@ from .counting import install_from_env
 from .deadline import limit, remaining
 from .errors import PrivauditorError
 from .faults import in_cell
+from .files import write_json
 from .progress import Progress
 from .provenance import directory_hash, hardware, versions
-from .signals import write_json
 from .spec import CellSpec, slug
 
 # 2: the typed spec (data, weights and version identities in the cell id), split parts, views

@@ -22,7 +22,8 @@ import pyarrow as pa
 from .attack_job import attack_job, in_process
 from .attacks import build_attack
 from .datasets import Example
-from .signals import Signals, write_json, write_table
+from .files import write_json, write_table
+from .signals import Signals
 from .views import build_view
 from .views._base import ModelIdentity, Recipe, ViewContext
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from .cache import file_lock, stable_hash
 from .deadline import check
-from .signals import read_table, write_table
+from .files import read_table, write_table
 
 NEIGHBOURS_FORMAT = 2  # 2: keyed by the masked LM's weights, not its cache folder
 

@@ -1,4 +1,4 @@
-"""Per-text signals of one model (the ``signals`` view's table) and atomic file writing.
+"""Per-text signals of one model (the ``signals`` view's table).
 
 ``signals.parquet`` (the design's contract) has one row per scored text: ``sample_id``, ``member``,
 ``token_ids`` (list<int32>), ``logp``, ``mu``, ``sigma`` (list<float32>), and ``zlib_bytes`` (int64, the
@@ -9,17 +9,13 @@ inputs of attacks (neighbours' scores, gradient norms, ...) are views of their o
 
 from __future__ import annotations
 
-import json
-import os
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 if TYPE_CHECKING:  # scoring imports torch; attack jobs read signals without it
     from .scoring import TokenStats
@@ -97,38 +93,3 @@ class Signals:
             sigma=lists("sigma", np.float32),
             zlib_bytes=np.asarray(table.column("zlib_bytes").to_pylist(), dtype=np.int64),
         )
-
-
-def atomic_write(path: Path, write: Callable[[Path], Any], suffix: str = "") -> Path:
-    """``write(tmp)`` into a hidden sibling ``.NAME.tmp-PID[suffix]``, then rename it over ``path``: a
-    reader sees the old file or the whole new one, never part. A killed writer leaves only the hidden
-    temporary file, which the next run clears."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}{suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # only left when write() raised
-    return path
-
-
-def read_table(path: str | Path) -> pa.Table:
-    """One Parquet file, read whole. ``pq.read_table`` would go through pyarrow's dataset layer, whose
-    first use imports pandas (about 0.4 s in a process that has no other use for it: an attack worker)."""
-    return pq.ParquetFile(path).read()
-
-
-def write_table(table: pa.Table, path: Path) -> None:
-    """Write a Parquet file atomically."""
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically."""
-    atomic_write(path, lambda tmp: tmp.write_text(text))
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (temporary sibling, then rename)."""
-    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .signals import write_json
+from .files import write_json
 
 ALPHA = 0.05
 POWER = 0.8

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from privauditor.tasks.files import write_table
 from privauditor.tasks.neighbours import cached_neighbours, generate_neighbours
 from privauditor.tasks.scoring import TokenStats
-from privauditor.tasks.signals import Signals, write_table
+from privauditor.tasks.signals import Signals
 from privauditor.tasks.views import Cost, View
 from privauditor.tasks.views._base import ModelIdentity, ViewContext, aligned
 
@@ -160,7 +161,7 @@ def test_attack_job_reads_signals_without_torch_or_pandas(tmp_path):
     import subprocess
     import sys
 
-    from privauditor.tasks.signals import read_table
+    from privauditor.tasks.files import read_table
 
     write_table(sample_signals().to_table(), tmp_path / "signals.parquet")
     assert read_table(tmp_path / "signals.parquet").equals(pq.read_table(tmp_path / "signals.parquet"), True)

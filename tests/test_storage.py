@@ -10,7 +10,7 @@ import pytest
 from privauditor.orchestrator.runner import leaderboard
 from privauditor.orchestrator.storage import Results
 from privauditor.tasks.config import cell_config
-from privauditor.tasks.signals import write_json
+from privauditor.tasks.files import write_json
 
 
 @pytest.fixture

@@ -117,7 +117,7 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
 
 def run_id(results: Any) -> str:
     """The results folder's run id (``privauditor.json``), given to a folder written before run ids."""
-    from privauditor.tasks.signals import write_json
+    from privauditor.tasks.files import write_json
 
     marker = results.local / "privauditor.json"
     if not results.fetch("privauditor.json"):

@@ -242,13 +242,13 @@ class ViewContext:
 
     def get(self, view: View) -> Any:
         """What ``view`` holds, as its ``read`` gives it (for views built on other views)."""
-        from ..signals import read_table
+        from ..files import read_table
 
         return view.read(read_table(self.file(view)))
 
 
 def _store(table: pa.Table, key: dict[str, Any], path: Path) -> None:
-    from ..signals import write_table
+    from ..files import write_table
 
     metadata = (table.schema.metadata or {}) | {KEY_METADATA: json.dumps(key, sort_keys=True, default=str)}
     write_table(table.replace_schema_metadata(metadata), path)
