@@ -61,3 +61,10 @@ def test_the_api_package_imports_no_torch_or_ray():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     names, loaded = out.strip().splitlines()[-2:]
     assert names == "['AuditResult', 'Results', 'audit', 'load_results', 'run']" and loaded == "[]"
+
+
+def test_ruff_lints_and_formats_the_tree_cleanly():
+    """``ruff check`` and ``ruff format --check`` over the repository (pyproject's rules), in CI."""
+    for args in (["check", "--quiet", "."], ["format", "--check", "--quiet", "."]):
+        done = subprocess.run([sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, f"ruff {args[0]}:\n{done.stdout[-2000:]}{done.stderr[-500:]}"
