@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 import time
 from pathlib import Path
 
@@ -28,7 +30,7 @@ def listing(what: str) -> str:
                 "seq2seq" if FAMILIES.get(s.family).seq2seq else "causal",
                 s.source,
                 s.params or "tiny",
-                s.resources.gpus,
+                f"{s.resources.gpus:g}",
                 s.dtype,
             ]
             for name, s in MODELS.items()
@@ -47,18 +49,13 @@ def listing(what: str) -> str:
     if what == "sweeps":
         from .sweep import SWEEPS_DIR, load_sweep
 
-        rows = []
+        rows, about = [], []
         for path in sorted(SWEEPS_DIR.glob("*.yaml")):
             sweep = load_sweep(str(path))
-            rows.append(
-                [
-                    path.stem,
-                    len(sweep.cells),
-                    len(sweep.dropped),
-                    path.read_text().splitlines()[0].lstrip("# "),
-                ]
-            )
-        return render(["sweep", "cells", "dropped pairs", "about"], rows)
+            rows.append([path.stem, len(sweep.cells), len(sweep.dropped)])
+            about.append(textwrap.fill(first_sentence(path), 100, initial_indent=f"{path.stem:<10} ",
+                                       subsequent_indent=" " * 11))  # fmt: skip
+        return render(["sweep", "cells", "dropped pairs"], rows) + "\n\n" + "\n".join(about)
     return attacks_listing()
 
 
@@ -206,3 +203,15 @@ def stages_table(results: Path) -> str:
         f"time per stage, summed over {cells} cells ({whole:.1f} s in all; {shared:.1f} s of it shared work, "
         "done once by the first cell that read it):\n" + render(["stage", "seconds", "share"], rows)
     )
+
+
+def first_sentence(path: Path) -> str:
+    """The first sentence of a sweep file's leading comment, whole."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    text = " ".join(lines)
+    end = re.search(r"\.(\s|$)", text)
+    return text[: end.start() + 1] if end else text
