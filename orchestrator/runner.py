@@ -55,6 +55,12 @@ def write_findings(
     return text
 
 
+def answer_section(findings_md: str) -> str:
+    """The Answer of ``findings.md`` (its first section), as the end of a run prints it."""
+    sections = findings_md.split("\n## ")
+    return "## " + sections[1].strip() if len(sections) > 1 else findings_md.strip()
+
+
 def run_sweep(
     sweep: Sweep,
     out: str | Path,
@@ -113,8 +119,12 @@ def run_sweep(
         log_leaderboard(sweep.wandb, sweep.name, local, found)
     print(f"leaderboard: {local / 'leaderboard.html'} ({len(found)} rows)")
     if found:
-        write_findings(results, found)
+        print(answer_section(write_findings(results, found)))
         print(f"findings: {local / 'findings.md'} (privauditor report {out} prints them)")
+        if todo and sweep.wandb.mode == "offline" and (local / "wandb").is_dir():
+            print(
+                f"W&B: offline runs in {local / 'wandb'}; `wandb sync {local / 'wandb'}/offline-run-*` uploads them"
+            )
     for cell_id, error in failures:
         print(f"FAILED {cell_id}: {error}")
     if interrupted:

@@ -60,6 +60,9 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     out = tmp_path / "results"
     code, printed = run(tmp_path, SWEEP, out, capsys)
     assert code == 0 and "2 to run" in printed
+    # the run ends with the findings' Answer, as findings.md holds it
+    answer = (out / "findings.md").read_text().split("\n## ")[1].split("\n## ")[0]
+    assert f"## {answer.strip()}" in printed and printed.index("## Answer") > printed.index("2 to run")
     done = sorted(p.parent.name for p in (out / "cells").glob("*/DONE"))
     assert len(done) == 2
     table = pq.read_table(out / "leaderboard.parquet")
