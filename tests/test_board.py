@@ -261,6 +261,12 @@ def test_release_history_site_links_and_wandb(runs, tmp_path, monkeypatch):
     for technique in ("lora", "head"):  # the loss AUC at the last checkpoint, seeds averaged
         (last,) = [r for r in settings if r["technique"] == technique and r["last"] and r["attack"] == "loss"]
         assert shown[technique] == pytest.approx(last["auc"], abs=6e-4)
+    # the settings table shows how many seeds and which ones, never the seed list alone (read as a count)
+    table = next(t for t in index.tables if t and "seeds (which)" in t[0])
+    column = table[0].index("seeds (which)")
+    assert {row[column] for row in table[1:]} >= {
+        f"{r['n_seeds']} ({r['seeds']})" for r in settings if r["last"]
+    }
 
     history = (site / "history.html").read_text()
     v2 = history[history.index("<h2>v2</h2>") : history.index("<h2>v1</h2>")]

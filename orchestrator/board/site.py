@@ -80,12 +80,12 @@ def _fraction(row: dict[str, Any]) -> str:
 
 def settings_table(rows: list[dict[str, Any]], root: str) -> str:
     header = ["model", "technique", "trainable", "dataset", "epoch", "step", "attack", "access", "AUC", "95% CI",
-              "CI over", "seeds", "runs", "TPR@1%FPR", "val NLL", "eps spent", "eps bound", "cells"]  # fmt: skip
+              "CI over", "seeds (which)", "runs", "TPR@1%FPR", "val NLL", "eps spent", "eps bound", "cells"]  # fmt: skip
     body = [
         [link(r["model"], f"{root}models/{slug(r['model'])}.html"),
          link(r["technique"], f"{root}techniques/{slug(r['technique'])}.html"), _fraction(r), r["dataset"],
          r["epoch"], r["step"], r["attack"], r["access"], _f(r["auc"]),
-         f"[{_f(r['auc_ci_low'])}, {_f(r['auc_ci_high'])}]", r["ci_over"], r["seeds"],
+         f"[{_f(r['auc_ci_low'])}, {_f(r['auc_ci_high'])}]", r["ci_over"], f"{r['n_seeds']} ({r['seeds']})",
          r["runs"] if r["replicas_agree"] else f"{r['runs']} (replicas differ)", _f(r["tpr_at_1pct_fpr"]),
          _f(r["utility_loss"]), _f(r["epsilon"]), _bound(r),
          Raw(" ".join(link(c.split("__")[3], f"{root}cells/{c}.html") for c in r["cells"].split())) ]
