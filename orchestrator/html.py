@@ -84,6 +84,25 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
+def headline(found: list[dict[str, Any]]) -> str:
+    """The findings' ranking (its attack at each cell's last checkpoint, over complete (model, dataset)
+    blocks, seeds averaged): the one headline number per technique, as findings.md and the board give it."""
+    from .battery import battery_of
+    from .findings import PRIMARY_ATTACK
+
+    ranked = battery_of(found, PRIMARY_ATTACK, "last")[0]
+    title = f"<h2>Ranking: <code>{PRIMARY_ATTACK}</code> at each cell's last checkpoint (findings.md's Answer)</h2>"
+    if ranked is None:
+        return title + "<p>No two techniques share a (model, dataset) block: nothing to rank.</p>"
+    body = [
+        [i, name, f"{ranked.mean_auc[name]:.3f}",
+         f"{ranked.mean_rank[name]:.1f} [{ranked.rank_ci[name][0]:.1f}, {ranked.rank_ci[name][1]:.1f}]"]
+        for i, name in enumerate(ranked.names, 1)
+    ]  # fmt: skip
+    header = ["rank", "technique", "mean AUC", f"mean rank [95 % CI over {len(ranked.blocks)} blocks]"]
+    return title + _table(header, body)
+
+
 def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     from .formats import fraction_text, tpr_text
     from .summary import SUMMARY_HEADER, summary
@@ -95,8 +114,10 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
         f"<p>{cells} finished cells, {len(found)} (cell, checkpoint, attack) rows; summaries at each cell's last checkpoint.</p>"
     )
     if found:
+        parts.append(headline(found))
         parts.append(
-            "<h2>Per adaptation</h2>" + _table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))
+            "<h2>Per adaptation: every attack that reads the model (controls left out)</h2>"
+            + _table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))
         )
         parts.append("<h2>Per attack</h2>" + _table(["attack", *SUMMARY_HEADER], summary(found, "attack")))
         parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(found), "privacy-utility"))

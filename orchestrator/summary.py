@@ -24,13 +24,16 @@ def final(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
-    """Mean ± std AUC per value of ``by`` (e.g. adaptation) at each cell's last checkpoint, best first.
+    """Mean ± std AUC per value of ``by`` (e.g. adaptation) at each cell's last checkpoint, best first;
+    per adaptation, over the attacks that read the model (model-free controls left out).
     With several seeds the std is across seeds (of each seed's mean over the group's rows), else across
     the group's rows."""
     import numpy as np
 
     groups: dict[str, dict[int, list[float]]] = {}
     for row in final(found):
+        if by == "adaptation" and row.get("access") == "model-free":
+            continue  # a control (blind) never reads the model: it says nothing about a technique
         key = technique(row) if by == "adaptation" else str(row[by])
         groups.setdefault(key, {}).setdefault(row["seed"], []).append(row["auc"])
     table = []

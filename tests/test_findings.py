@@ -121,3 +121,21 @@ def test_report_writes_findings_with_the_answer_controls_and_plots(tmp_path, cap
     matched = text.split("### At matched utility", 1)[1].split("\n## ", 1)[0]
     assert "no common utility level" in matched or "Every reading at the level" in matched
     assert "~[" not in matched  # per-sample scores at hand: DeLong intervals, not interpolated bounds
+
+
+def test_one_headline_per_technique_on_the_page_and_in_the_answer(tmp_path):
+    """leaderboard.html's first table is findings.md's ranking (same attack, checkpoint and blocks), and the
+    per-adaptation means leave a model-free control out (it never reads the model)."""
+    from privauditor.orchestrator.html import headline
+    from privauditor.orchestrator.summary import summary
+
+    rows = synthetic(tmp_path)
+    blind = [r | {"attack": "blind", "access": "model-free", "auc": 0.99} for r in rows]
+    answer = findings(tmp_path, rows).split("## Answer", 1)[1].split("\n## ", 1)[0]
+    page = headline(rows + blind)
+    for line in answer.splitlines():
+        if line.startswith("| ") and "rank" not in line:
+            cells = [c.strip() for c in line.split("|")[1:-1]]  # rank, technique, class, trainable, AUC, rank
+            assert f"<td>{cells[1]}</td><td>{cells[4]}</td>" in page
+    means = {r[0]: r[1] for r in summary(rows + blind, "adaptation")}
+    assert means == {r[0]: r[1] for r in summary(rows, "adaptation")}  # the 0.99 control changes nothing
