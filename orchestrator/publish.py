@@ -2,8 +2,9 @@
 
 What goes out: the leaderboard (``leaderboard.parquet/.csv/.md/.html``: per (cell, attack) aggregates,
 the contract columns), ``plots/`` (the cells' ROC images), ``provenance.json`` (per cell: resolved
-settings, package versions, split and adaptation hashes, training figures, timings) and
-``published.json``. The same results give the same bytes (no time of publishing is written). What never goes out: sample text, sample ids, token ids, per-sample signals or
+settings, package versions, split and adaptation hashes, training figures, timings), ``eval_results/`` and
+``every_eval_ever/`` (each cell's last-checkpoint aggregates as Hugging Face Hub evaluation results and
+Every Eval Ever records: :mod:`~privauditor.orchestrator.exports`) and ``published.json``. The same results give the same bytes (no time of publishing is written). What never goes out: sample text, sample ids, token ids, per-sample signals or
 scores, neighbour texts, split id lists, adapter weights, W&B run files. The folder is built beside the
 target and renamed into place, so nobody reads half of it; a target that is not an earlier publish
 folder is refused, not overwritten. ``--wandb-project`` also logs the leaderboard as a W&B table (mode
@@ -31,6 +32,7 @@ MARKER = "published.json"
 
 def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[dict[str, Any]]:
     """Write the public export of ``results`` to ``to``; returns the leaderboard rows."""
+    from . import exports
     from .leaderboard import rows, write
 
     results, to = Path(results).resolve(), Path(to).resolve()
@@ -50,6 +52,7 @@ def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[d
         if png.is_file():
             shutil.copyfile(png, tmp / "plots" / png.name)
     write(tmp, found)
+    exports.write(tmp, found, exports.finished_times(results, cells))  # Hub and Every Eval Ever files
     provenance = {}
     for cell_id in cells:
         record = json.loads((results / "cells" / cell_id / "cell.json").read_text())
