@@ -131,7 +131,7 @@ def run_trials(
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from .progress import Progress, reason
+    from .progress import Progress, reason, weights
     from .view_tasks import bundles
 
     # Tune's default loggers add TensorBoardX, whose import costs the driver about 2.5 s before the first
@@ -165,7 +165,11 @@ def run_trials(
             name=sweep.name,
             storage_path=storage,
             failure_config=tune.FailureConfig(max_failures=run.max_failures),
-            callbacks=[Progress(len(specs), rebuild), CSVLoggerCallback(), JsonLoggerCallback()],
+            callbacks=[
+                Progress(len(specs), rebuild, lambda: weights(sweep, specs)),
+                CSVLoggerCallback(),
+                JsonLoggerCallback(),
+            ],
             verbose=2 if verbose else 0,
         ),
     )

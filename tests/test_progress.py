@@ -73,3 +73,17 @@ def test_a_worker_reports_into_a_folder_that_the_driver_reads(clock, tmp_path):
     shown.close()
     assert read_folder(tmp_path) == ["pre-training tiny-llama: 700/700 (100 %), elapsed 2 min"]
     assert stream.getvalue() == ""  # nothing printed in the worker
+
+
+def test_a_sweeps_eta_weighs_cells_by_their_predicted_cost():
+    """Two cheap cells done out of two cheap and two dear ones: the plan-weighted ETA counts the dear
+    ones' cost, where a count of cells would say 'as long again'."""
+    import math
+
+    from privauditor.orchestrator.progress import eta_seconds
+
+    weights = {"a": 1.0, "b": 1.0, "c": 4.0, "d": 4.0}
+    assert eta_seconds(60.0, {"a", "b"}, 4, weights) == 240.0  # 60 s per 2 units, 8 units left
+    assert eta_seconds(60.0, {"a", "b"}, 4, {}) == 60.0  # unpriced: by count
+    assert eta_seconds(60.0, {"a", "b"}, 4, {"a": 1.0}) == 60.0  # partly priced: by count
+    assert math.isnan(eta_seconds(5.0, set(), 4, weights))
