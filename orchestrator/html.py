@@ -30,7 +30,7 @@ body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 13px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
 table.sortable th { cursor: pointer; background: #f0f0f0; }
-.grid { display: flex; flex-wrap: wrap; gap: 8px; } .grid img { width: 320px; }
+.grid { display: flex; flex-wrap: wrap; gap: 8px; } .grid img { width: 520px; max-width: 100%; }
 """
 
 
@@ -58,25 +58,28 @@ def _img(data: bytes, alt: str) -> str:
 
 
 def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
-    """Scatter: per cell, validation NLL (utility, lower is better) vs its best attack's AUC."""
+    """Scatter: per cell at its last checkpoint, validation NLL (utility, lower is better) against the
+    findings' attack's AUC (one attack, not the largest of many, which is biased up); one colour and
+    marker per technique, never shared."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .findings import PRIMARY_ATTACK
     from .summary import final, technique
 
-    best: dict[str, dict[str, Any]] = {}
-    for r in final(found):
-        if r["cell_id"] not in best or r["auc"] > best[r["cell_id"]]["auc"]:
-            best[r["cell_id"]] = r
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=90)
-    for adaptation in sorted({technique(r) for r in best.values()}):
-        points = [(r["utility_loss"], r["auc"]) for r in best.values() if technique(r) == adaptation]
-        ax.scatter(*zip(*points, strict=True), label=adaptation, s=18)
-    ax.set(xlabel="validation NLL (utility, lower is better)", ylabel="best attack AUC (privacy risk)")
+    chosen = {r["cell_id"]: r for r in final(found) if r["attack"] == PRIMARY_ATTACK}
+    names = sorted({technique(r) for r in chosen.values()})
+    colours, markers = plt.get_cmap("tab20").colors, "osD^v<>pPhX*"
+    fig, ax = plt.subplots(figsize=(7.5, 5), dpi=100)
+    for i, adaptation in enumerate(names):
+        points = [(r["utility_loss"], r["auc"]) for r in chosen.values() if technique(r) == adaptation]
+        ax.scatter(*zip(*points, strict=True), label=adaptation, s=26, color=colours[i % 20],
+                   marker=markers[i % len(markers)])  # fmt: skip
+    ax.set(xlabel="validation NLL (utility, lower is better)", ylabel=f"{PRIMARY_ATTACK} AUC (privacy risk)")
     ax.axhline(0.5, color="k", linewidth=0.6, linestyle="--")
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
@@ -107,20 +110,25 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     from .formats import fraction_text, tpr_text
     from .summary import SUMMARY_HEADER, summary
 
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>privauditor leaderboard</title>"]
-    parts.append(f"<style>{STYLE}</style></head><body><h1>privauditor leaderboard</h1>")
+    audits = bool(found) and all(r["cell_id"].startswith("audit__") for r in found)
+    title = "privauditor audits" if audits else "privauditor leaderboard"  # audits are not ranked
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"]
+    parts.append(f"<style>{STYLE}</style></head><body><h1>{title}</h1>")
     cells = len({r["cell_id"] for r in found})
     parts.append(
         f"<p>{cells} finished cells, {len(found)} (cell, checkpoint, attack) rows; summaries at each cell's last checkpoint.</p>"
     )
     if found:
-        parts.append(headline(found))
+        parts.append("" if audits else headline(found))
         parts.append(
             "<h2>Per adaptation: every attack that reads the model (controls left out)</h2>"
             + _table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))
         )
         parts.append("<h2>Per attack</h2>" + _table(["attack", *SUMMARY_HEADER], summary(found, "attack")))
-        parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(found), "privacy-utility"))
+        parts.append(
+            "<h2>Privacy–utility (findings.md's attack, each cell's last checkpoint)</h2>"
+            + _img(privacy_utility_png(found), "privacy-utility")
+        )
         diagrams = sorted((Path(out) / "plots").glob("cd_*.png"))
         if diagrams:  # findings.md's Answer: mean ranks over complete blocks, Wilcoxon-Holm cliques
             parts.append(

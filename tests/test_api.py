@@ -104,6 +104,7 @@ def test_the_cli_calls_the_api_and_writes_a_report_without_member_text(audited, 
     assert (
         f"audit {result.cell_id} already done" in printed and f"verdict: {result.finding.upper()}" in printed
     )
+    assert "<title>privauditor audits</title>" in (out / "leaderboard.html").read_text()
     page = out / "reports" / f"{result.cell_id}.html"
     text = page.read_text()
     assert CANARY not in text and "ledger" not in text  # neither the canary nor any record's words
