@@ -32,6 +32,7 @@ that of one plain forward pass (the model's weights and one batch of its logits)
 reset of the process's peak. The last line is one JSON object.
 
     python benchmarks/scoring.py [--texts 256] [--layers 6] [--hidden 512] [--vocab 32000] [--real smollm2-135m]
+                                 [--only real-shaped tiny smollm2-135m]
 """
 
 from __future__ import annotations
@@ -318,6 +319,12 @@ def main() -> int:
     parser.add_argument(
         "--real", default="smollm2-135m", help="a registered pre-trained base to time too ('' for none)"
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="SUBJECT",
+        help="time only these: real-shaped, tiny and/or the --real base",
+    )
     parser.add_argument("--child-vocab", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -333,6 +340,11 @@ def main() -> int:
     }  # fmt: skip
     if args.real:
         subjects[args.real] = lambda: real_base(args.real)
+    if args.only:
+        unknown = sorted(set(args.only) - set(subjects))
+        if unknown:
+            parser.error(f"--only: unknown subject(s) {', '.join(unknown)} (known: {', '.join(subjects)})")
+        subjects = {k: v for k, v in subjects.items() if k in args.only}
     rows, figures = [], {}
     for label, build in subjects.items():
         model, reference, tok = build()
