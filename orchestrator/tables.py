@@ -29,7 +29,7 @@ def listing(what: str) -> str:
                 s.family,
                 "seq2seq" if FAMILIES.get(s.family).seq2seq else "causal",
                 s.source,
-                s.params or "tiny",
+                s.params or "<1.5M",
                 f"{s.resources.gpus:g}",
                 s.dtype,
             ]
@@ -65,15 +65,19 @@ def attacks_listing() -> str:
     at, and its paper."""
     from privauditor.tasks.attacks import ATTACKS
 
-    rows = []
+    rows, details = [], []
     for name, cls in ATTACKS.items():
         attack = cls()
         fields = ", ".join(f"{k}={v}" for k, v in attack.hyperparameters().items()) or "-"
         views = ", ".join(f"{role}: {view.label}" for role, view in attack.views().items())
         checkpoints = "last" if cls.checkpoints == "last" else "every" if attack.cheap else "last + best"
-        rows.append([name, cls.access, fields, views, str(attack.cost()), checkpoints, cls.paper])
-    headers = ["attack", "access", "hyper-parameters", "views", "passes per text", "checkpoints", "paper"]
-    return render(headers, rows)
+        rows.append([name, cls.access, str(attack.cost()), checkpoints])
+        details.append(
+            textwrap.fill(f"{fields}; reads {views}; {cls.paper}", 100, initial_indent=f"{name:<14} ",
+                          subsequent_indent=" " * 15, break_on_hyphens=False, break_long_words=False)
+        )  # fmt: skip
+    table = render(["attack", "access", "passes per text", "checkpoints"], rows)
+    return table + "\n\nhyper-parameters (defaults); views read; paper\n" + "\n".join(details)
 
 
 def metrics_table(metrics: dict) -> str:
@@ -132,7 +136,14 @@ def adaptations_listing() -> str:
         "adaptation", "default lr", "lr on tiny bases", "lr on packaged bases", "default epochs",
         "unsupported families",
     ]  # fmt: skip
-    return render(headers, rows)
+    note = (
+        "default lr: the class default, used where no rate was chosen for a base; lr on tiny / packaged\n"
+        "bases: the rates chosen per base by validation NLL (benchmarks/learning_rates.py). default\n"
+        "epochs: used only where a cell sets neither train.epochs nor train.checkpoints (a `privauditor\n"
+        "cell` without them); each technique's file says why (lora's 20: at the paper's 3 a tiny base\n"
+        "learns no record). The shipped sweeps set one schedule for all (the default sweep: 4 epochs)."
+    )
+    return render(headers, rows) + "\n\n" + note
 
 
 def bases(names: list[str], profile) -> str:

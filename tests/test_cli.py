@@ -41,3 +41,14 @@ def test_sweep_help_and_listing_name_every_shipped_sweep(capsys):
     # each sweep's first sentence whole: the quick sweep's ends in "(a few minutes)."
     assert "(a few minutes)." in " ".join(listed.split())
     assert all(f"\n{name} " in listed for name in shipped)
+
+
+def test_listings_fit_a_terminal_and_say_what_they_show(capsys):
+    for what in ("attacks", "sweeps"):
+        assert main(["ls", what]) == 0
+        assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 100, what
+    assert main(["ls", "models"]) == 0
+    models = capsys.readouterr().out
+    assert " 0.0 " not in models and "<1.5M" in models  # GPU counts as counts; tiny bases sized
+    assert main(["ls", "adaptations"]) == 0
+    assert "default epochs: used only where a cell sets neither" in capsys.readouterr().out
