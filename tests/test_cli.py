@@ -51,4 +51,4 @@ def test_listings_fit_a_terminal_and_say_what_they_show(capsys):
     models = capsys.readouterr().out
     assert " 0.0 " not in models and "<1.5M" in models  # GPU counts as counts; tiny bases sized
     assert main(["ls", "adaptations"]) == 0
-    assert "default epochs: used only where a cell sets neither" in capsys.readouterr().out
+    assert "default epochs: used only where a cell sets neither" in " ".join(capsys.readouterr().out.split())
