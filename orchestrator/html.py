@@ -1,8 +1,10 @@
 """The self-contained HTML leaderboard: no network, no external files (images are embedded).
 
-It holds the per-adaptation and per-attack summaries (mean ± std AUC), the privacy–utility view (each
-cell's best attack AUC against its validation NLL), a sortable table of every (cell, attack) row (click a
-header to sort) and the log-log ROC images of the cells with the highest AUC.
+It opens with the findings' ranking (one headline number per technique), then the per-adaptation and
+per-attack summaries (mean ± std AUC), the privacy–utility view (each cell's AUC under the findings'
+attack against its validation NLL), a sortable table of every (cell, attack) row at the cell's last
+checkpoint (click a header to sort; every checkpoint's rows are in the CSV and Parquet files) and the
+log-log ROC images of the cells with the highest AUC.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def headline(found: list[dict[str, Any]]) -> str:
 
 def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     from .formats import fraction_text, tpr_text
-    from .summary import SUMMARY_HEADER, summary
+    from .summary import SUMMARY_HEADER, final, summary
 
     audits = bool(found) and all(r["cell_id"].startswith("audit__") for r in found)
     title = "privauditor audits" if audits else "privauditor leaderboard"  # audits are not ranked
@@ -168,10 +170,12 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
             tpr_text(r, "tpr_at_1pct_fpr"), tpr_text(r, "tpr_at_0fp"),
             f"{r['utility_loss']:.3f}", f"{r['trainable_params']} ({fraction_text(r.get('trainable_fraction'))})",
         ]
-        for r in sorted(found, key=lambda r: -r["auc"])
+        for r in sorted(final(found), key=lambda r: -r["auc"])
     ]  # fmt: skip
     parts.append(
-        "<h2>All results</h2><p>Click a column header to sort.</p>" + _table(header, body, sortable=True)
+        "<h2>Every cell and attack at its last checkpoint</h2><p>Click a column header to sort. Every "
+        "checkpoint's rows are in <code>leaderboard.csv</code> and <code>leaderboard.parquet</code>.</p>"
+        + _table(header, body, sortable=True)
     )
     ranked = sorted({r["cell_id"]: r["auc"] for r in found}.items(), key=lambda kv: -kv[1])
     images = [(cid, Path(out) / "plots" / f"{cid}.png") for cid, _ in ranked[:MAX_ROC_IMAGES]]

@@ -139,3 +139,10 @@ def test_one_headline_per_technique_on_the_page_and_in_the_answer(tmp_path):
             assert f"<td>{cells[1]}</td><td>{cells[4]}</td>" in page
     means = {r[0]: r[1] for r in summary(rows + blind, "adaptation")}
     assert means == {r[0]: r[1] for r in summary(rows, "adaptation")}  # the 0.99 control changes nothing
+    # the page's row table holds each cell's last checkpoint only (every checkpoint is in the CSV)
+    from privauditor.orchestrator.html import leaderboard_html
+    from privauditor.orchestrator.summary import final
+
+    full = [r | {"trainable_params": 10, "tpr_at_1pct_fpr": None, "tpr_at_0fp": None} for r in rows]
+    table = leaderboard_html(tmp_path, full).split('<table class="sortable">')[1].split("</table>")[0]
+    assert table.count("<tr>") - 1 == len(final(rows)) < len(rows)
