@@ -15,13 +15,14 @@ SITE/
 ```
 
 No network and nothing outside ``SITE``: the plots are embedded, the diagram is a file beside the pages,
-tables sort on a header click. Equal stores give equal bytes (the battery's bootstrap is seeded). The
-site is built beside ``SITE`` and renamed into place; a folder that is not an earlier site is refused.
+tables sort on a header click. The pages are jinja2 templates (``templates/board/``, autoescaped) in the
+layout of the results folder's ``leaderboard.html`` (:mod:`privauditor.orchestrator.html`). Equal stores
+give equal bytes (the battery's bootstrap is seeded). The site is built beside ``SITE`` and renamed into
+place; a folder that is not an earlier site is refused.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import shutil
@@ -29,10 +30,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
 from privauditor.orchestrator.battery import diagram
 from privauditor.orchestrator.blocks import fraction_text
 from privauditor.orchestrator.formats import markdown_table, tpr_text
-from privauditor.orchestrator.html import SCRIPT, STYLE, Raw, _img, _table, privacy_utility_png
+from privauditor.orchestrator.html import Link, privacy_utility_png, render
 from privauditor.orchestrator.leaderboard import write
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.spec import slug
@@ -47,19 +50,9 @@ from .techniques import CD_PICTURE, diagram_title, moves_html, section
 MARKER = "board-site.json"
 
 
-def link(text: str, href: str) -> Raw:
-    return Raw(f'<a href="{html.escape(href)}">{html.escape(text)}</a>')
-
-
-def table(header: list[str], body: list[list[Any]], sortable: bool = True) -> str:
-    return _table(header, body, sortable)
-
-
-def page(title: str, body: str, root: str = "") -> str:
-    nav = f'<p><a href="{root}index.html">overview</a> · <a href="{root}history.html">history</a> · <a href="{root}leaderboard.html">every cell row</a></p>'
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>{nav}<h1>{html.escape(title)}</h1>{body}"
-            f"<script>{SCRIPT}</script></body></html>\n")  # fmt: skip
+def page(template: str, title: str, root: str = "", **context: Any) -> str:
+    """``templates/board/<template>`` in the board's layout; ``root`` leads from the page to the site's top."""
+    return str(render(f"board/{template}", title=title, root=root, **context)) + "\n"
 
 
 def _f(value: Any) -> str:
@@ -78,78 +71,55 @@ def _fraction(row: dict[str, Any]) -> str:
     return fraction_text(None if f is None else (f, f))
 
 
-def settings_table(rows: list[dict[str, Any]], root: str) -> str:
-    header = ["model", "technique", "trainable", "dataset", "epoch", "step", "attack", "access", "AUC", "95% CI",
-              "CI over", "seeds (which)", "runs", "TPR@1%FPR", "val NLL", "eps spent", "eps bound", "cells"]  # fmt: skip
-    body = [
-        [link(r["model"], f"{root}models/{slug(r['model'])}.html"),
-         link(r["technique"], f"{root}techniques/{slug(r['technique'])}.html"), _fraction(r), r["dataset"],
+def settings_body(rows: list[dict[str, Any]], root: str) -> list[list[Any]]:
+    """The cells of the settings table (``templates/board/macros.html.j2``), highest AUC first."""
+    return [
+        [Link(r["model"], f"{root}models/{slug(r['model'])}.html"),
+         Link(r["technique"], f"{root}techniques/{slug(r['technique'])}.html"), _fraction(r), r["dataset"],
          r["epoch"], r["step"], r["attack"], r["access"], _f(r["auc"]),
          f"[{_f(r['auc_ci_low'])}, {_f(r['auc_ci_high'])}]", r["ci_over"], f"{r['n_seeds']} ({r['seeds']})",
          r["runs"] if r["replicas_agree"] else f"{r['runs']} (replicas differ)", _f(r["tpr_at_1pct_fpr"]),
          _f(r["utility_loss"]), _f(r["epsilon"]), _bound(r),
-         Raw(" ".join(link(c.split("__")[3], f"{root}cells/{c}.html") for c in r["cells"].split())) ]
+         [Link(c.split("__")[3], f"{root}cells/{c}.html") for c in r["cells"].split()]]
         for r in sorted(rows, key=lambda r: -r["auc"])
     ]  # fmt: skip
-    return table(header, body)
 
 
-def _grouped(rows: list[dict[str, Any]], column: str, root: str, cells: list[dict[str, Any]],
-             spans: dict[str, tuple[float, float]]) -> str:  # fmt: skip
-    last = [r for r in rows if r["last"]]
-    trainable = (
-        f" Trainable fraction: {fraction_of(spans, rows[0]['technique'])}." if column == "technique" else ""
-    )
-    parts = [f"<p>{len({r['setting'] for r in rows})} settings, {len(rows)} rows.{trainable}</p>"]
-    if cells:
-        parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(cells), "privacy-utility"))
-    parts.append("<h2>At each setting's last checkpoint</h2>" + settings_table(last, root))
-    parts.append("<h2>Every checkpoint</h2>" + settings_table(rows, root))
-    return "".join(parts)
+def grouped_page(title: str, rows: list[dict[str, Any]], column: str, cells: list[dict[str, Any]],
+                 spans: dict[str, tuple[float, float]]) -> str:  # fmt: skip
+    """A model's or a technique's page (``models/``, ``techniques/``): its setting rows."""
+    return page(
+        "group.html.j2", title, "../",
+        settings=len({r["setting"] for r in rows}), rows=len(rows),
+        trainable=fraction_of(spans, rows[0]["technique"]) if column == "technique" else None,
+        privacy_utility=privacy_utility_png(cells) if cells else None,
+        last=settings_body([r for r in rows if r["last"]], "../"), every=settings_body(rows, "../"),
+    )  # fmt: skip
 
 
-def overview(
-    settings: list[dict[str, Any]], cells: list[dict[str, Any]], counts: dict[str, int], ranked: str
-) -> str:
-    parts = [f"<p>{counts['records']} records from {counts['runs']} runs: {counts['cells']} cells, "
-             f"{counts['settings']} settings, {counts['rows']} setting rows. Downloads: "
-             + " · ".join(f'<a href="{n}">{n}</a>' for n in ("settings.parquet", "settings.csv", "leaderboard.parquet", "leaderboard.csv"))
-             + "</p>"]  # fmt: skip
-    parts.append(ranked)
+def overview(settings: list[dict[str, Any]], cells: list[dict[str, Any]], counts: dict[str, int],
+             ranked: Markup) -> str:  # fmt: skip
+    """index.html; ``ranked`` is the techniques' section (:func:`.techniques.section`)."""
     models = defaultdict(set)
     for r in settings:
         models[r["model"]].add(r["setting"])
-    parts.append(
-        "<h2>Models</h2>"
-        + table(
-            ["model", "settings"],
-            [[link(m, f"models/{slug(m)}.html"), len(s)] for m, s in sorted(models.items())],
-        )
-    )
     by_attack = defaultdict(list)
     for r in settings:
         if r["last"]:
             by_attack[r["attack"]].append(r["auc"])
-    parts.append(
-        "<h2>Attacks</h2>"
-        + table(
-            ["attack", "mean AUC", "settings"],
-            [[a, f"{sum(v) / len(v):.3f}", len(v)] for a, v in sorted(by_attack.items())],
-        )
-    )
-    if cells:
-        parts.append("<h2>Privacy–utility</h2>" + _img(privacy_utility_png(cells), "privacy-utility"))
-    parts.append(
-        "<h2>Settings at their last checkpoint</h2>" + settings_table([r for r in settings if r["last"]], "")
-    )
-    return "".join(parts)
+    return page(
+        "index.html.j2", "privauditor board", counts=counts, ranked=ranked,
+        downloads=("settings.parquet", "settings.csv", "leaderboard.parquet", "leaderboard.csv"),
+        models=[[Link(m, f"models/{slug(m)}.html"), len(s)] for m, s in sorted(models.items())],
+        attacks=[[a, f"{sum(v) / len(v):.3f}", len(v)] for a, v in sorted(by_attack.items())],
+        privacy_utility=privacy_utility_png(cells) if cells else None,
+        last=settings_body([r for r in settings if r["last"]], ""),
+    )  # fmt: skip
 
 
 def cell_page(cell_id: str, records: list[dict[str, Any]], agree: bool) -> str:
     runs = sorted({r["run"] for r in records})
-    replicas = (f" The runs are replicas: the board's intervals and bounds are run {runs[0][:8]}'s (the run id "
-                f"that sorts first); their AUCs {'agree' if agree else '<b>differ</b>'}.") if len(runs) > 1 else ""  # fmt: skip
-    parts = [f"<p>{len(records)} records ({len(runs)} runs).{replicas}</p>"]
+    shown = []
     for r in sorted(records, key=lambda r: (r["step"] or 0, r["run"])):
         p = r["provenance"]
         facts = [["record", r["key"]], ["run", r["run"]], ["epoch", r["epoch"]], ["step", r["step"]],
@@ -159,16 +129,15 @@ def cell_page(cell_id: str, records: list[dict[str, Any]], agree: bool) -> str:
                  ["train", json.dumps(p["train"], sort_keys=True)], ["timings (s)", json.dumps(p["timings"], sort_keys=True)],
                  ["defence", json.dumps(p["defence"], sort_keys=True)], ["record schema", r["schema_version"]],
                  ["trainable fraction", fraction_text(None if r["trainable_fraction"] is None else (r["trainable_fraction"],) * 2)]]  # fmt: skip
-        parts.append(
-            f'<h2 id="{r["key"]}">step {r["step"]} (epoch {r["epoch"]}), run {r["run"][:8]}</h2>'
-            + table(["", ""], facts, sortable=False)
-        )
         metrics = [[a, _f(m["auc"]), f"[{_f(m['auc_ci_low'])}, {_f(m['auc_ci_high'])}]", tpr_text(m, "tpr_at_1pct_fpr"),
                     tpr_text(m, "tpr_at_0fp"), _f(m["eps_lower"]), _f(m["eps_ceiling"])] for a, m in sorted(r["attacks"].items())]  # fmt: skip
-        parts.append(table(["attack", "AUC", "95% CI", "TPR@1%FPR [95% CI]", "TPR at 0 FP of N", "eps bound",
-                            "bound ceiling"], metrics))  # fmt: skip
-    spec = json.dumps(records[0]["provenance"]["spec"], indent=1, sort_keys=True)
-    return "".join(parts) + f"<h2>Resolved spec</h2><pre>{html.escape(spec)}</pre>"
+        shown.append({"key": r["key"], "step": r["step"], "epoch": r["epoch"], "run": r["run"][:8], "facts": facts,
+                      "metrics": metrics})  # fmt: skip
+    return page(
+        "cell.html.j2", f"cell {cell_id}", "../", records=shown, runs=len(runs),
+        replicas={"run": runs[0][:8], "agree": agree} if len(runs) > 1 else None,  # the run id that sorts first
+        spec=json.dumps(records[0]["provenance"]["spec"], indent=1, sort_keys=True),
+    )  # fmt: skip
 
 
 def history_page(store: Store, now: dict[str, Any]) -> str:
@@ -178,28 +147,20 @@ def history_page(store: Store, now: dict[str, Any]) -> str:
     steps.append(
         ("unreleased (the store now)" if releases else "unreleased (no release yet)", previous[-1], now)
     )
-    parts = []
+    shown = []
     for name, before, after in reversed(steps):
         c = changes(before, after)
-        since = f"since {before['name']}" if before else "first"
-        parts.append(f"<h2>{html.escape(name)}</h2><p>{since}: {c['records']} new records, {len(c['new'])} new rows, "
-                     f"{len(c['moved'])} rows moved, {len(c['gone'])} rows gone, {len(c['superseded'])} records superseded.</p>")  # fmt: skip
-        parts.append(moves_html(c["ranks"]))
-        if c["new"]:
-            parts.append("<h3>New rows</h3>" + _rows(c["new"]))
-        if c["moved"]:
-            parts.append("<h3>Moved rows</h3>" + table(["model", "technique", "dataset", "epoch", "attack", "AUC before", "AUC now", "seeds"],
-                         [[n["model"], n["technique"], n["dataset"], n["epoch"], n["attack"], _f(o["auc"]), _f(n["auc"]), n["n_seeds"]] for _, o, n in c["moved"]]))  # fmt: skip
-        if c["gone"]:
-            parts.append("<h3>Rows gone</h3>" + _rows(c["gone"]))
-        if c["superseded"]:
-            parts.append("<h3>Superseded records</h3>" + table(["record"], [[k] for k in c["superseded"]]))
-    return "".join(parts)
+        shown.append({
+            "name": name, "before": before["name"] if before else None, "changes": c, "moves": moves_html(c["ranks"]),
+            "new": _rows(c["new"]), "gone": _rows(c["gone"]), "superseded": [[k] for k in c["superseded"]],
+            "moved": [[n["model"], n["technique"], n["dataset"], n["epoch"], n["attack"], _f(o["auc"]), _f(n["auc"]), n["n_seeds"]]
+                      for _, o, n in c["moved"]],
+        })  # fmt: skip
+    return page("history.html.j2", "privauditor board: history", steps=shown)
 
 
-def _rows(rows: list[dict[str, Any]]) -> str:
-    return table(["model", "technique", "dataset", "epoch", "attack", "AUC", "seeds"],
-                 [[r["model"], r["technique"], r["dataset"], r["epoch"], r["attack"], _f(r["auc"]), r["n_seeds"]] for r in rows])  # fmt: skip
+def _rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    return [[r["model"], r["technique"], r["dataset"], r["epoch"], r["attack"], _f(r["auc"]), r["n_seeds"]] for r in rows]  # fmt: skip
 
 
 def build(location: str | Path, out: str | Path, hypothesis: str | None = None) -> dict[str, Any]:
@@ -227,21 +188,23 @@ def build(location: str | Path, out: str | Path, hypothesis: str | None = None) 
     _tables(tmp, settings)
     if found is not None:
         diagram(found, tmp / CD_PICTURE, diagram_title(found))
-    pages = {"index.html": page("privauditor board", overview(settings, cells, now["counts"], ranked)),
-             "history.html": page("privauditor board: history", history_page(store, now))}  # fmt: skip
+    pages = {
+        "index.html": overview(settings, cells, now["counts"], ranked),
+        "history.html": history_page(store, now),
+    }
     for column, folder in (("model", "models"), ("technique", "techniques")):
         for value in sorted({r[column] for r in settings}):
             rows = [r for r in settings if r[column] == value]
             chosen = [c for c in cells if c["setting"] in {r["setting"] for r in rows}]
-            pages[f"{folder}/{slug(value)}.html"] = page(
-                f"{column} {value}", _grouped(rows, column, "../", chosen, spans), "../"
+            pages[f"{folder}/{slug(value)}.html"] = grouped_page(
+                f"{column} {value}", rows, column, chosen, spans
             )
     by_cell = defaultdict(list)
     for r in records:
         by_cell[r["cell_id"]].append(r)
     for cell_id, kept in by_cell.items():
         agree = all(c["replicas_agree"] for c in cells if c["cell_id"] == cell_id)
-        pages[f"cells/{cell_id}.html"] = page(f"cell {cell_id}", cell_page(cell_id, kept, agree), "../")
+        pages[f"cells/{cell_id}.html"] = cell_page(cell_id, kept, agree)
     for name, text in pages.items():
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp / name).write_text(text)

@@ -10,12 +10,13 @@ history page's account of how the ranking changed between releases (:func:`.rank
 
 from __future__ import annotations
 
-import html
 from typing import Any
+
+from markupsafe import Markup
 
 from privauditor.orchestrator import ranking
 from privauditor.orchestrator.battery import ALPHA, Battery
-from privauditor.orchestrator.html import Raw, _table
+from privauditor.orchestrator.html import Link, render
 from privauditor.tasks.spec import slug
 
 from .ranked import RANKING_ATTACK, fraction_of
@@ -23,8 +24,8 @@ from .ranked import RANKING_ATTACK, fraction_of
 CD_PICTURE = "cd.png"
 
 
-def _link(name: str) -> Raw:
-    return Raw(f'<a href="techniques/{html.escape(slug(name))}.html">{html.escape(name)}</a>')
+def _link(name: str) -> Link:
+    return Link(name, f"techniques/{slug(name)}.html")
 
 
 def _p(value: float) -> str:
@@ -38,32 +39,35 @@ def diagram_title(found: Battery) -> str:
 def section(
     found: Battery | None, values: dict, spans: dict[str, tuple[float, float]], hypothesis: Any = None,
     page: Battery | None = None, registration: Any = None, sweep: str = "",
-) -> str:  # fmt: skip
-    """The section; ``values`` is block → technique → value (what the battery was run on), ``spans`` the
-    techniques' trainable fractions, ``page`` the battery Page's test ran on."""
-    parts = [
-        f"<h2>Techniques</h2><p>Ranked by the <code>{RANKING_ATTACK}</code> attack's AUC (the attack every "
-        "other refines) at each setting's last checkpoint, undefended settings only, seeds averaged within "
-        "a (model, dataset) block; only the techniques present in every block are ranked, over the blocks "
-        "that hold them all. <code>none</code>, the un-adapted base, is the control: never ranked.</p>"
+) -> Markup:  # fmt: skip
+    """The section (``templates/board/techniques.html.j2``); ``values`` is block → technique → value (what
+    the battery was run on), ``spans`` the techniques' trainable fractions, ``page`` the battery Page's
+    test ran on."""
+    ranked = set(found.names) if found else set()
+    complete = set(found.blocks) if found else set()
+    coverage = [
+        [_link(n), fraction_of(spans, n), c, "ranked" if n in ranked else "partial"]
+        for n, c in ranking.coverage(values).items()
     ]
-    if found is None:
-        parts.append("<p>No two techniques share a block: nothing to rank.</p>")
-    else:
-        parts.append(_ranking(found, spans, len(values)))
-    parts.append(_coverage(found, values, spans))
-    if found is not None and found.partial:
-        body = [[_link(n), fraction_of(spans, n), p["blocks"], f"{p['mean_rank']:.2f} of {p['k']}", f"{p['mean_auc']:.3f}"]
-                for n, p in sorted(found.partial.items())]  # fmt: skip
-        parts.append("<h3>Partial techniques</h3><p>Not in every block, so not in the tests above; each is "
-                     "ranked with the ranked techniques over the blocks it shares with them.</p>"
-                     + _table(["technique", "trainable", "blocks", "mean rank there", "mean AUC there"], body, True))  # fmt: skip
-    if hypothesis is not None:
-        parts.append(_hypothesis(hypothesis, page, registration, sweep))
-    return "".join(parts)
+    blocks = [
+        [b[0], b[1], " ".join(sorted(row)), "yes" if b in complete else "no"] for b, row in values.items()
+    ]
+    partial = []
+    if found is not None:
+        partial = [[_link(n), fraction_of(spans, n), p["blocks"], f"{p['mean_rank']:.2f} of {p['k']}", f"{p['mean_auc']:.3f}"]
+                   for n, p in sorted(found.partial.items())]  # fmt: skip
+    return render(
+        "board/techniques.html.j2",
+        attack=RANKING_ATTACK,
+        ranking=None if found is None else _ranking(found, spans, len(values)),
+        coverage=coverage,
+        blocks=blocks,
+        partial=partial,
+        hypothesis=None if hypothesis is None else _hypothesis(hypothesis, page, registration, sweep),
+    )
 
 
-def _ranking(found: Battery, spans: dict[str, tuple[float, float]], blocks: int) -> str:
+def _ranking(found: Battery, spans: dict[str, tuple[float, float]], blocks: int) -> dict[str, Any]:
     body = []
     for i, name in enumerate(found.names, 1):
         low, high = found.rank_ci[name]
@@ -81,52 +85,27 @@ def _ranking(found: Battery, spans: dict[str, tuple[float, float]], blocks: int)
     tests += (f"Wilcoxon signed-rank, Holm over all {len(found.pairs)} pairs: {len(pairs)} significant at "
               f"{ALPHA}{': ' + shown if shown else ''} (the smallest p {n} blocks allow is {found.smallest_p:.3g}). "
               f"Nemenyi CD {found.cd:.2f} ranks; bars join techniques no test separates.")  # fmt: skip
-    alt = html.escape(diagram_title(found))
-    return (_table(["rank", "technique", "trainable", "mean AUC", "mean rank [95% CI over blocks]"], body, True)
-            + f"<p>{html.escape(tests)}</p><p><img alt=\"{alt}\" src=\"{CD_PICTURE}\"></p>")  # fmt: skip
+    return {"body": body, "tests": tests, "title": diagram_title(found), "picture": CD_PICTURE}
 
 
-def _coverage(found: Battery | None, values: dict, spans: dict[str, tuple[float, float]]) -> str:
-    ranked = set(found.names) if found else set()
-    counts = ranking.coverage(values)
-    body = [
-        [_link(n), fraction_of(spans, n), c, "ranked" if n in ranked else "partial"]
-        for n, c in counts.items()
-    ]
-    complete = set(found.blocks) if found else set()
-    blocks = [
-        [b[0], b[1], " ".join(sorted(row)), "yes" if b in complete else "no"] for b, row in values.items()
-    ]
-    return ("<h3>Coverage</h3>"
-            + _table(["technique", "trainable", f"blocks (of {len(values)})", "status"], body, True)
-            + _table(["model", "dataset", "techniques", "complete"], blocks, True))  # fmt: skip
-
-
-def _hypothesis(hypothesis: Any, page: Battery | None, registration: Any, sweep: str) -> str:
-    order = html.escape(" < ".join(hypothesis.order))
-    head = (f"The class order {order} of sweep {html.escape(sweep)} (<code>{html.escape(hypothesis.attack)}</code>, "
-            f"{hypothesis.checkpoint} checkpoint), Page's L")  # fmt: skip
+def _hypothesis(hypothesis: Any, page: Battery | None, registration: Any, sweep: str) -> dict[str, Any]:
+    shown = {"order": " < ".join(hypothesis.order), "sweep": sweep, "attack": hypothesis.attack,
+             "checkpoint": hypothesis.checkpoint, "why": None}  # fmt: skip
     if page is None or page.page is None:
-        why = page.page_problem if page is not None else "no two techniques share a block"
-        return f"<h3>Hypothesis</h3><p>{head}: not run ({html.escape(why)}).</p>"
+        return shown | {"why": page.page_problem if page is not None else "no two techniques share a block"}
     result = page.page
-    status = "pre-registered" if registration.confirmatory else "exploratory"
-    return (f"<h3>Hypothesis</h3><p>{head} = {result['L']:.1f}, p = {_p(result['p_value'])} ({result['method']}, "
-            f"{result['n_blocks']} blocks). <b>{status}</b>: {html.escape(registration.reason)}.</p>")  # fmt: skip
+    return shown | {
+        "L": f"{result['L']:.1f}", "p": _p(result["p_value"]), "method": result["method"],
+        "n_blocks": result["n_blocks"], "status": "pre-registered" if registration.confirmatory else "exploratory",
+        "reason": registration.reason,
+    }  # fmt: skip
 
 
-def moves_html(ranks: dict[str, list]) -> str:
-    """Techniques that swapped places with one the newer battery separates them from; the rest in words."""
-    parts = []
-    if ranks["moved"]:
-        parts.append("<h3>Rankings moved</h3>" + _table(
-            ["technique", "rank before", "rank now", "mean rank now", "mean AUC now", "now separated from"],
-            [[m["technique"], m["before"], m["now"], f"{m['mean_rank']:.2f}", f"{m['mean_auc']:.3f}",
-              ", ".join(m["separated_from"])] for m in ranks["moved"]]))  # fmt: skip
-    if ranks["noise"]:
-        parts.append(f"<p>Order within the noise: {html.escape(', '.join(ranks['noise']))} changed places only with "
-                     "techniques no significant Wilcoxon–Holm pair separates them from.</p>")  # fmt: skip
-    for key, what in (("entered", "Newly ranked"), ("left", "No longer ranked")):
-        if ranks[key]:
-            parts.append(f"<p>{what}: {html.escape(', '.join(ranks[key]))}.</p>")
-    return "".join(parts)
+def moves_html(ranks: dict[str, list]) -> Markup:
+    """Techniques that swapped places with one the newer battery separates them from; the rest in words
+    (``templates/board/moves.html.j2``)."""
+    moved = [[m["technique"], m["before"], m["now"], f"{m['mean_rank']:.2f}", f"{m['mean_auc']:.3f}",
+              ", ".join(m["separated_from"])] for m in ranks["moved"]]  # fmt: skip
+    return render(
+        "board/moves.html.j2", moved=moved, noise=ranks["noise"], entered=ranks["entered"], left=ranks["left"]
+    )
