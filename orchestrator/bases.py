@@ -44,13 +44,16 @@ def _build(kind: str, name: str, params: tuple, progress: str) -> str:
 
     torch.set_num_threads(1)
     to_folder(progress)
-    if kind == "model":
-        from privauditor.tasks.models import weights_identity
+    try:
+        if kind == "model":
+            from privauditor.tasks.models import weights_identity
 
-        return str(weights_identity(name))
-    from privauditor.tasks.views import build_view
+            return str(weights_identity(name))
+        from privauditor.tasks.views import build_view
 
-    return str(build_view(name, dict(params)).identity(build=True))
+        return str(build_view(name, dict(params)).identity(build=True))
+    finally:  # the worker may run other tasks later: they print, as by default
+        to_folder(None)
 
 
 def build(items: dict[tuple[str, str, tuple], str]) -> None:
