@@ -34,6 +34,9 @@ def nll_only(*nll):
     return signals([[-x] for x in nll])
 
 
+#: one scored text for WBC: per-token losses 1, 2, 0.5, 3, 1 under the target, 1.5, 1, 1, 2, 2 under the reference
+WBC = {"signals": signals([[-1, -2, -0.5, -3, -1]]), "reference": signals([[-1.5, -1, -1, -2, -2]])}
+
 # name -> [(hyper-parameters, views, expected scores)]
 #: one scored text for Con-ReCaLL: NLL 2, 3 under the non-member prefix, 1 under the member prefix
 CON_RECALL = {"signals": signals([[-1, -3]]), "non_members": np.array([3.0]), "members": np.array([1.0])}
@@ -66,6 +69,15 @@ GOLDEN = {
     "gradnorm": [({}, {"gradients": np.array([3.0, 0.5])}, [-3.0, -0.5])],
     # the classifier's out-of-fold probability, as it is
     "blind": [({}, {"blind": np.array([0.7, 0.2])}, [0.7, 0.2])],
+    # losses target (1, 2, 0.5, 3, 1), reference (1.5, 1, 1, 2, 2). Windows of 2: target sums (3, 2.5, 3.5,
+    # 4), reference (2.5, 2, 3, 4): reference above in none (the last a tie) = 0; of 3: target (3.5, 5.5,
+    # 4.5), reference (3.5, 4, 5): in 1 of 3; mean 1/6. Of 1: above at tokens 1, 3, 5 = 3/5. Of 10 on 5
+    # tokens: one window, 7.5 against 7.5, a tie = 0
+    "wbc": [
+        ({"windows": (2, 3)}, WBC, [1 / 6]),
+        ({"windows": (1,)}, WBC, [0.6]),
+        ({"windows": (10,)}, WBC, [0.0]),
+    ],
     # -NLL / lowercase NLL: -2 / 4
     "lowercase": [({}, {"signals": signals([[-1, -3]]), "lowercase": np.array([4.0])}, [-0.5])],
     # LL(x|P) / LL(x) = (-3) / (-2)

@@ -17,7 +17,7 @@ from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 
-RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia"]
+RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia", "wbc"]
 PARTS = "split={members: 16, nonmembers: 16, validation: 8, population: 24, known_members: 20}"
 #: The canary's split: 32 a side. At 16 a side Con-ReCaLL's interval is too wide for its effect on these
 #: bases (which barely copy from context): on one fast tiny-gpt2 base, seeds 0-4 gave AUC 0.71 (95 % CI
