@@ -107,7 +107,7 @@ def run_audit(
     model_spec = resolve_model(model, revision, dtype)
     # identified by the files' content (texts), never by their paths: the same files audit alike from anywhere
     key = [model, adapter_hash, reference, texts, spec.to_dict() | {"dataset": None}]
-    if revision or dtype or chats:  # (absent before these options: earlier audits keep their ids)
+    if revision or dtype or chats:  # what changes the weights or the scored text, when set
         key.append({"revision": revision, "dtype": dtype} | ({"chat_scored": chat_scored} if chats else {}))
     audit_id = "__".join(
         ["audit", slug(model), slug(Path(adapter).name if adapter else "checkpoint"), stable_hash(key, 8)]
