@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from privauditor.tasks.errors import PrivauditorError
 
 from . import tables
+from .cli_help import EXAMPLES, Version, shipped_sweeps
 
 LISTABLE = ("models", "datasets", "adaptations", "attacks", "sweeps")
 
@@ -217,57 +218,11 @@ def _publish(args: argparse.Namespace) -> int:
     return 0
 
 
-#: each command's examples, shown at the end of its --help
-EXAMPLES = {
-    "ls": ["privauditor ls attacks", "privauditor ls sweeps"],
-    "prepare": ["privauditor prepare --models tiny-llama tiny-gpt2"],
-    "cell": [
-        "privauditor cell --model tiny-llama --adaptation lora --dataset finance --out results/one",
-        "privauditor cell --model tiny-gpt2 --adaptation full --dataset sql --out results/one \\\n"
-        "    --set split.members=64 --set 'attacks=[loss,zlib,min_k]'",
-    ],
-    "validate": ["privauditor validate default", "privauditor validate my_sweep.yaml --set train.epochs=2"],
-    "plan": ["privauditor plan default", "privauditor plan paper --cluster aws --budget-usd 500"],
-    "run": ["privauditor run quick", "privauditor run default --out results/default --max-concurrent 2"],
-    "audit": [
-        "privauditor audit --model gpt2 --adapter my-lora/ --members train.jsonl --nonmembers heldout.jsonl \\\n"
-        "    --nonmembers-from held-out --out results/my-audit --report",
-    ],
-    "report": [
-        "privauditor report results/default",
-        "privauditor report results/real --against results/default",
-    ],
-    "publish": ["privauditor publish results/default --to public/"],
-}
-
-
-class _Version(argparse.Action):
-    """``--version``: ``privauditor 0.1.0`` and, run from a checkout, ``(git <12 hex>[+dirty])``."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
-        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
-
-    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        from privauditor.tasks.provenance import versions
-
-        found = versions()
-        revision = found.get("privauditor_git")
-        git = f" (git {revision[:12]}{'+dirty' if revision.endswith('+dirty') else ''})" if revision else ""
-        print(f"privauditor {found.get('privauditor', '?')}{git}")
-        parser.exit()
-
-
-def _shipped_sweeps() -> str:
-    from .sweep import SWEEPS_DIR
-
-    return ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="privauditor", description="Privacy audits of adapted language models."
     )
-    parser.add_argument("--version", action=_Version)
+    parser.add_argument("--version", action=Version)
     parser.add_argument(
         "-v", "--verbose", action="store_true",
         help="log progress details; for run, also Ray's trial tables and workers' output",
@@ -305,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser(
         "validate", help="expand a sweep file and print its cells (no Ray, no training)"
     )
-    validate.add_argument("sweep", help=f"sweep YAML, or the name of a shipped sweep ({_shipped_sweeps()})")
+    validate.add_argument("sweep", help=f"sweep YAML, or the name of a shipped sweep ({shipped_sweeps()})")
     validate.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell"
     )

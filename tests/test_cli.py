@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from privauditor.orchestrator.cli import EXAMPLES, build_parser, main
+from privauditor.orchestrator.cli import build_parser, main
+from privauditor.orchestrator.cli_help import EXAMPLES
 from privauditor.orchestrator.sweep import SWEEPS_DIR
 
 
