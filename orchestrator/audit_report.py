@@ -1,4 +1,4 @@
-"""An audit's report: one self-contained HTML page (jinja2) and its PDF (the browser's print).
+"""An audit's report: one self-contained HTML page (``templates/audit_report.html.j2``) and its PDF.
 
 It names the audited model, adapter and files by identity (hashes, sizes, record counts), never by their
 text: no member or non-member text, id or per-record score enters the page. It gives the verdict and its
@@ -10,7 +10,6 @@ written.
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import subprocess
@@ -30,55 +29,6 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stab
 THREAT_MODELS = ("black-box", "reference", "white-box")
 #: models below this many parameters are called small in the limits
 SMALL_MODEL = 1_000_000_000
-
-TEMPLATE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Privacy audit: {{ model }}</title>
-<style>
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
-table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
-th { background: #f0f0f0; } code { font-size: 12px; word-break: break-all; }
-.finding { font-size: 1.25em; font-weight: 600; padding: .5em .8em; border-left: 6px solid {{ colour }}; }
-img { width: 26em; }
-</style></head><body>
-<h1>Privacy audit: {{ model }}</h1>
-<p>Audit <code>{{ cell_id }}</code>, written {{ written }} by privauditor {{ version }}.</p>
-
-<h2 id="verdict">Verdict</h2>
-<p class="finding">{{ finding }}</p>
-{% for line in conclusion %}<p>{{ line }}</p>{% endfor %}
-
-<h2 id="identities">What was audited</h2>
-<table><tbody>
-{% for name, value in identities %}<tr><th>{{ name }}</th><td><code>{{ value }}</code></td></tr>{% endfor %}
-</tbody></table>
-
-<h2 id="threat-models">Strongest attack per threat model</h2>
-<table><thead><tr><th>threat model</th><th>attack</th><th>AUC [95 % CI]</th><th>TPR at 0.1 % FPR</th>
-<th>TPR at 1 % FPR</th><th>Holm-adjusted p</th></tr></thead><tbody>
-{% for r in strongest %}<tr><td>{{ r.access }}</td><td>{{ r.attack }}</td><td>{{ r.auc }}</td>
-<td>{{ r.tpr_01 }}</td><td>{{ r.tpr_1 }}</td><td>{{ r.p_holm }}</td></tr>{% endfor %}
-</tbody></table>
-
-<h2 id="attacks">Every attack</h2>
-<table><thead><tr><th>attack</th><th>threat model</th><th>AUC [95 % CI]</th><th>TPR at 1 % FPR</th>
-<th>one-sided p</th><th>Holm-adjusted p</th></tr></thead><tbody>
-{% for r in attacks %}<tr><td>{{ r.attack }}</td><td>{{ r.access }}</td><td>{{ r.auc }}</td><td>{{ r.tpr_1 }}</td>
-<td>{{ r.p }}</td><td>{{ r.p_holm }}</td></tr>{% endfor %}
-</tbody></table>
-{% if roc %}<img alt="ROC curves of every attack, log-log" src="data:image/png;base64,{{ roc }}">{% endif %}
-
-<h2 id="controls">Controls</h2>
-<p>{{ control }}</p>
-{% if warnings %}<p>Warnings from the input checks:</p><ul>{% for w in warnings %}<li>{{ w }}</li>{% endfor %}</ul>{% endif %}
-
-<h2 id="limits">Limits</h2>
-<ul>{% for line in limits %}<li>{{ line }}</li>{% endfor %}</ul>
-
-<h2 id="next">What to do next</h2>
-<ul>{% for line in next_steps %}<li>{{ line }}</li>{% endfor %}</ul>
-</body></html>
-"""
 
 
 def _number(value: float | None, digits: str = ".3g") -> str:
@@ -186,8 +136,9 @@ def _next_steps(record: dict[str, Any], verdict: dict[str, Any], finding: str) -
 
 
 def render(result: Any) -> str:
-    """The report of an :class:`privauditor.AuditResult` as one HTML page."""
-    from jinja2 import Environment
+    """The report of an :class:`privauditor.AuditResult` as one HTML page (``templates/audit_report.html.j2``,
+    on the leaderboard's layout)."""
+    from .html import render as render_page
 
     record, verdict = result.record, result.verdict
     stamp = record.get("versions", {})  # the versions that ran the audit
@@ -200,33 +151,35 @@ def render(result: Any) -> str:
     for access in THREAT_MODELS:
         candidates = [r for r in rows if r["access"] == access]
         if candidates:
-            strongest.append(max(candidates, key=lambda r: r["auc_value"]))
+            r = max(candidates, key=lambda r: r["auc_value"])
+            strongest.append([r["access"], r["attack"], r["auc"], r["tpr_01"], r["tpr_1"], r["p_holm"]])
     finding = {
         "shift": "The two files differ in distribution: no leakage verdict is possible.",
         "leakage": "Leakage detected: members are told apart from non-members beyond chance.",
         "nothing detected": "No leakage detected at these sizes (not evidence of privacy).",
     }[result.finding]
     roc = result.path.parents[1] / "plots" / f"{result.cell_id}.png"
-    model = record["audit"]["model"] + (
-        f" + {Path(record['audit']['adapter']).name}" if record["audit"]["adapter"] else ""
-    )
-    page = Environment(autoescape=True).from_string(TEMPLATE)
-    return page.render(
-        model=model,
-        cell_id=result.cell_id,
-        written=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        version=" ".join(filter(None, (stamp.get("privauditor", "?"), stamp.get("privauditor_git")))),
-        finding=finding,
-        colour={"shift": "#d98c00", "leakage": "#c0392b"}.get(result.finding, "#2e7d32"),
-        conclusion=result.conclusion,
-        identities=_identities(record),
-        strongest=strongest,
-        attacks=rows,
-        roc=base64.b64encode(roc.read_bytes()).decode() if roc.exists() else None,
-        control=_control(verdict),
-        warnings=record["audit"]["warnings"],
-        limits=_limits(record, verdict, [r["attack"] for r in rows]),
-        next_steps=_next_steps(record, verdict, result.finding),
+    audit = record["audit"]
+    model = audit["model"] + (f" + {Path(audit['adapter']).name}" if audit["adapter"] else "")
+    return str(
+        render_page(
+            "audit_report.html.j2",
+            title=f"Privacy audit: {model}",
+            cell_id=result.cell_id,
+            written=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            version=" ".join(filter(None, (stamp.get("privauditor", "?"), stamp.get("privauditor_git")))),
+            finding=finding,
+            colour={"shift": "#d98c00", "leakage": "#c0392b"}.get(result.finding, "#2e7d32"),
+            conclusion=result.conclusion,
+            identities=[list(pair) for pair in _identities(record)],
+            strongest=strongest,
+            attacks=[[r["attack"], r["access"], r["auc"], r["tpr_1"], r["p"], r["p_holm"]] for r in rows],
+            roc=roc.read_bytes() if roc.exists() else None,
+            control=_control(verdict),
+            warnings=audit["warnings"],
+            limits=_limits(record, verdict, [r["attack"] for r in rows]),
+            next_steps=_next_steps(record, verdict, result.finding),
+        )
     )
 
 
