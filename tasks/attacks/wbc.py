@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import PrivauditorError
 from . import ATTACKS
 from ._base import Attack
+from .reference import ReferenceAttack
 
 
 def window_vote(target_loss: np.ndarray, reference_loss: np.ndarray, windows: tuple[int, ...]) -> float:
@@ -56,10 +57,7 @@ class WindowComparisonAttack(Attack):
             raise PrivauditorError(f"attack 'wbc': windows must be window sizes >= 1, not {self.windows!r}")
         super().__post_init__()
 
-    def views(self) -> dict:
-        from ..views import build_view
-
-        return {"signals": build_view("signals"), "reference": build_view("signals", {"model": "reference"})}
+    views = ReferenceAttack.views  # the target's and the reference's signals, as `reference` reads them
 
     def score(self, views) -> np.ndarray:
         target, reference = views["signals"].logp, views["reference"].logp
