@@ -32,7 +32,7 @@ from ._results import AuditResult, Results
 __all__ = ["AuditResult", "Results", "audit", "load_results", "run"]
 
 
-def audit(
+def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s flags, all keyword-only
     model: str,
     members: str | Path,
     nonmembers: str | Path,

@@ -64,7 +64,7 @@ class AuditResult:
         and the verdict's one-sided p-value with Holm's adjustment (controls have none)."""
         import pandas as pd
 
-        from .orchestrator.leaderboard import access_of
+        from .orchestrator.row_schema import access_of
 
         tests = self.verdict["attacks"]
         rows = []

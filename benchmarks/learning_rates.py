@@ -30,6 +30,7 @@ import os
 import pprint
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from adaptation_table import supported_pairs  # the script beside this one (its folder is on sys.path)
@@ -41,7 +42,7 @@ from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import MODELS, active_profile
 from privauditor.tasks.snapshots import restore, trainable_state
 from privauditor.tasks.splits import draw_reserved
-from privauditor.tasks.training import TrainConfig, apply_seeded, train, validation_loss
+from privauditor.tasks.training import Loop, TrainConfig, apply_seeded, train, validation_loss
 
 LADDER = [round(m * 10.0**e, 10) for e in range(-6, 2) for m in (1, 3)]  # 1e-6, 3e-6, ..., 10, 30
 HEADER = ["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"]
@@ -56,12 +57,18 @@ def figure(loaded, technique, splits, lr, *, checkpoints, max_length, batch_size
         model = apply_seeded(adaptation, copy.deepcopy(loaded.model), loaded.family, seed=0)
         states = {}
         config = TrainConfig(epochs=int(checkpoints[-1]), lr=lr, batch_size=batch_size, max_length=max_length)
+
+        def keep(epoch: float, step: int, states: dict = states, model: Any = model) -> None:
+            states[step] = trainable_state(model)
+
         train(
-            model, loaded.tokenizer, split.members, config, loaded.seq2seq, checkpoints=checkpoints,
-            on_checkpoint=lambda epoch, step, states=states, model=model: states.__setitem__(
-                step, trainable_state(model)
-            ),
-        )  # fmt: skip
+            model,
+            loaded.tokenizer,
+            split.members,
+            config,
+            loaded.seq2seq,
+            Loop(checkpoints=checkpoints, on_checkpoint=keep),
+        )
         losses = []
         for state in states.values():
             restore(model, state)

@@ -11,12 +11,12 @@ import functools
 from typing import Any
 
 
-def ray_tasks(job: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:
-    """Run ``job(*args)`` for every args in parallel on this trial's attack actor (Ray actor tasks)."""
+def ray_tasks(run: Any, jobs: list[Any]) -> list[Any]:
+    """Run ``run(job)`` for every job in parallel on this trial's attack actor (Ray actor tasks)."""
     import ray
 
     actor = attack_actor()
-    return ray.get([actor.run.remote(job, args) for args in jobs])
+    return ray.get([actor.run.remote(run, job) for job in jobs])
 
 
 @functools.cache
@@ -32,8 +32,8 @@ def attack_actor() -> Any:
         def __init__(self) -> None:
             import privauditor.tasks.attack_job  # noqa: F401  # the jobs' module: numpy and pyarrow, no torch
 
-        def run(self, job: Any, args: tuple[Any, ...]) -> Any:
-            return job(*args)
+        def run(self, run: Any, job: Any) -> Any:
+            return run(job)
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     return AttackActor.options(scheduling_strategy=here).remote()

@@ -21,7 +21,7 @@ from typing import Any
 from privauditor.tasks.files import write_text
 
 from .formats import tpr_text
-from .leaderboard import access_of, tpr_fields
+from .row_schema import access_of, tpr_fields
 
 #: browsers whose headless print makes the PDF, tried in this order (``PRIVAUDITOR_BROWSER`` first)
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")

@@ -21,7 +21,7 @@ from privauditor.tasks.errors import PrivauditorError
 from . import tables
 from .cli_help import EXAMPLES, Version, shipped_sweeps
 
-LISTABLE = ("models", "datasets", "adaptations", "attacks", "sweeps")
+LISTABLE = ("models", "datasets", "adaptations", "attacks", "defences", "sweeps")
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -45,8 +45,10 @@ def _prepare(args: argparse.Namespace) -> int:
 def _cell(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from privauditor.tasks.cell import CellEnvironment, checkpoint_results, run_cell
+    from privauditor.tasks.cell import CellEnvironment, run_cell
     from privauditor.tasks.config import cell_config
+    from privauditor.tasks.defences import get_defence
+    from privauditor.tasks.results import checkpoint_results
 
     from .matrix import check_cell
     from .plots import roc_png
@@ -69,13 +71,10 @@ def _cell(args: argparse.Namespace) -> int:
         print(tables.checkpoints_table(audited))
         print(f"last checkpoint (epoch {audited[-1][0]['epoch']}):")
     print(tables.metrics_table(outcome.metrics))
-    last = audited[-1][0]
-    if "epsilon" in last:
-        defence = json.loads((outcome.path / "cell.json").read_text())["defence"]
-        print(f"DP-SGD: eps spent {last['epsilon']:.3f} of {defence['epsilon_target']:g} at delta "
-              f"{defence['delta']:.2g} (noise multiplier {defence['noise_multiplier']:.3f}, "
-              f"{'noise added' if defence['noise_applied'] else 'NO NOISE: the audit control'})")  # fmt: skip
-        for attack in last["dp_violations"]:
+    last, defence = audited[-1][0], get_defence(spec.defence)
+    if defence is not None:
+        print(defence.summary(json.loads((outcome.path / "cell.json").read_text())["defence"], last))
+        for attack in last.get("dp_violations", []):
             print(f"DP VIOLATION: {attack}'s empirical bound exceeds the eps spent: a bug", file=sys.stderr)
     png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     print(f"ROC (log-log): {png}")
@@ -155,7 +154,7 @@ def _report(args: argparse.Namespace) -> int:
     if not results.remote and not (results.local / "cells").is_dir():
         raise PrivauditorError(f"{args.dir} is not a results folder (no cells/ inside)")
     if results.fetch("privauditor.json"):  # a folder of another results format is refused, not read
-        from privauditor.tasks.cell import check_results_dir
+        from privauditor.tasks.results import check_results_dir
 
         check_results_dir(results.local)
     other = None
@@ -229,7 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    ls = commands.add_parser("ls", help="list registered models, datasets, adaptations or attacks")
+    ls = commands.add_parser(
+        "ls", help="list registered models, datasets, adaptations, attacks, defences or sweeps"
+    )
     ls.add_argument("what", choices=LISTABLE)
     ls.set_defaults(handler=_ls)
 

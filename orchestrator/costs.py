@@ -147,8 +147,3 @@ def plain_state_bytes(total_params: int, trainable: int, dtype_bytes: int = 4) -
     """One process with a torch AdamW: every weight in ``dtype_bytes``, and per trainable parameter its
     gradient and two fp32 moments."""
     return total_params * dtype_bytes + trainable * (dtype_bytes + 8)
-
-
-def per_sample_gradient_bytes(trainable: int, batch: int) -> int:
-    """DP-SGD's per-sample gradients: one fp32 copy of the trainable parameters per record of a batch."""
-    return 4 * trainable * batch

@@ -275,7 +275,7 @@ def _eee_results(row: dict[str, Any], kind: str, name: str, finished: str) -> li
                   "metric_id": "auroc", "metric_name": "AUC", "metric_kind": "auroc"}  # fmt: skip
         interval = _interval(row, "auc", "bootstrap percentile")
         uncertainty = {"num_samples": n_members + n_nonmembers} | interval
-        results.append(_eee_result(row, "auc", source, finished, metric, auc, uncertainty, common))
+        results.append(_eee_result(row, "auc", source, finished, metric, _score(auc, uncertainty, common)))
     for column, fpr in TPRS.items():
         tpr = _number(row.get(column))
         if tpr is None:
@@ -287,7 +287,9 @@ def _eee_results(row: dict[str, Any], kind: str, name: str, finished: str) -> li
         uncertainty = {"num_samples": n_members} | _interval(row, column, "clopper-pearson")
         extra = {"fpr_upper_bound_95": row.get(f"{column}_fpr_bound"),
                  "few_false_positives_expected": row.get(f"{column}_few")}  # fmt: skip
-        results.append(_eee_result(row, column, source, finished, metric, tpr, uncertainty, common | extra))
+        results.append(
+            _eee_result(row, column, source, finished, metric, _score(tpr, uncertainty, common | extra))
+        )
     return results
 
 
@@ -299,9 +301,14 @@ def _interval(row: dict[str, Any], column: str, method: str) -> dict[str, Any]:
     return {"confidence_interval": {"lower": low, "upper": high, "confidence_level": 0.95, "method": method}}
 
 
+def _score(score: float, uncertainty: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
+    """An Every Eval Ever result's ``score_details``."""
+    return {"score": score, "details": _strings(details), "uncertainty": uncertainty}
+
+
 def _eee_result(
     row: dict[str, Any], column: str, source: dict[str, Any], finished: str, metric: dict[str, Any],
-    score: float, uncertainty: dict[str, Any], details: dict[str, Any],
+    score_details: dict[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
     metric = metric | {"metric_unit": "proportion", "lower_is_better": True, "score_type": "continuous",
                        "min_score": 0.0, "max_score": 1.0}  # fmt: skip
@@ -311,7 +318,7 @@ def _eee_result(
         "source_data": source,
         "evaluation_timestamp": finished,
         "metric_config": metric,
-        "score_details": {"score": score, "details": _strings(details), "uncertainty": uncertainty},
+        "score_details": score_details,
     }
 
 

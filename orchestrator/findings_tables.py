@@ -19,6 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from privauditor.tasks.spec import technique_of
+
 from .formats import markdown_table
 from .summary import final
 
@@ -93,7 +95,7 @@ def duplication_table(out: Path, rows: list[dict[str, Any]], attack: str) -> lis
         found.append((r, metrics["auc_by_repeats"]))
     counts = sorted({int(k) for _, by in found for k in by})
     body = [
-        [r["model"], r["dataset"], r["seed"], r["cell_id"].split("__")[1], r["epoch"],
+        [r["model"], r["dataset"], r["seed"], technique_of(r["cell_id"], r["adaptation"]), r["epoch"],
          *(_fmt(by.get(str(c))) for c in counts), _fmt(r["auc_repeated_vs_singleton"])]
         for r, by in sorted(found, key=lambda x: (x[0]["cell_id"], x[0]["step"]))
     ]  # fmt: skip

@@ -57,13 +57,13 @@ def expand(
 
 def defence_reason(model: str, adaptation: str, defence: str) -> str | None:
     """Why ``defence`` cannot train (model, adaptation) (None: it can, or there is no defence)."""
-    from privauditor.tasks.dp import check_defence, unsupported_reason
+    from privauditor.tasks.defences import get_defence
 
-    check_defence(defence)
-    if defence == "none":
+    plugin = get_defence(defence)
+    if plugin is None:
         return None
     stage = resolve_model(model).resources.zero_stage
-    return unsupported_reason(ADAPTATIONS.get(adaptation)(), 1, stage)
+    return plugin.unsupported_reason(ADAPTATIONS.get(adaptation)(), 1, stage)
 
 
 def check_cell(model: str, adaptation: str) -> None:

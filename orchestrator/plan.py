@@ -21,9 +21,10 @@ from typing import Any
 
 import yaml
 
+from privauditor.tasks.defences import get_defence
 from privauditor.tasks.errors import PrivauditorError
 
-from .costs import activation_bytes, per_sample_gradient_bytes, plain_state_bytes, zero_state_bytes
+from .costs import activation_bytes, plain_state_bytes, zero_state_bytes
 from .work import DTYPE_BYTES, UNITS, CellWork, Tokens, Work, cell_work
 
 PRICES = Path(__file__).resolve().parents[1] / "clusters" / "prices.yaml"
@@ -145,8 +146,9 @@ def memory_bytes(spec: Any, cw: CellWork) -> int:
             frozen
             + zero_state_bytes(cw.trainable, shape.largest_layer_params, stage, workers, 1, ds.offload)[1]
         )
-    if spec.defence == "dp":
-        state += per_sample_gradient_bytes(cw.trainable, spec.train.batch_size)
+    defence = get_defence(spec.defence)
+    if defence is not None:
+        state += defence.extra_memory(cw.trainable, spec.train.batch_size)
     return max(scoring, state + activation_bytes(shape, seq, micro, dtype, source))
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.cell import check_results_dir
 from privauditor.tasks.files import write_json, write_text
+from privauditor.tasks.results import check_results_dir
 
 from .storage import Results
 from .sweep import Sweep

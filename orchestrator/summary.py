@@ -11,7 +11,13 @@ SUMMARY_HEADER = ["AUC mean ± std", "std over", "rows"]
 def technique(row: dict[str, Any]) -> str:
     """A row's technique as summaries group it: the adaptation, with its defence if it has one (the cell
     id's technique part, e.g. ``full+dp-e1``), so defended and undefended cells are never pooled."""
-    return row["adaptation"] if row.get("defence", "none") == "none" else row["cell_id"].split("__")[1]
+    from privauditor.tasks.spec import technique_of
+
+    return (
+        row["adaptation"]
+        if row.get("defence", "none") == "none"
+        else technique_of(row["cell_id"], row["adaptation"])
+    )
 
 
 def final(found: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -124,7 +124,7 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 def _defences(name: str, entries: Any) -> list[tuple[str, dict[str, Any] | None]]:
     """The ``matrix.defence`` entries as (defence, its settings or None)."""
-    from privauditor.tasks.dp import check_defence
+    from privauditor.tasks.defences import check_defence
 
     found = []
     for entry in _names("matrix.defence", entries):
@@ -146,6 +146,45 @@ def _defences(name: str, entries: Any) -> list[tuple[str, dict[str, Any] | None]
 def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> Sweep:
     """A validated :class:`Sweep` from the parsed YAML ``data``; ``assignments`` are ``--set`` overrides
     applied to every cell."""
+    matrix = _checked_keys(data, name)
+    axes = {key: _names(f"matrix.{key}", matrix.get(key)) for key in MATRIX_KEYS}
+    seeds = _names("seeds", data.get("seeds", [0]))
+    if not all(type(s) is int for s in seeds):
+        raise PrivauditorError(f"{name}: seeds must be integers, not {seeds!r}")
+    cells, dropped = expand(axes["model"], axes["adaptation"], axes["dataset"], seeds)
+    defences = _defences(name, matrix.get("defence", ["none"]))
+    rules = {"shared": {k: data[k] for k in CELL_KEYS if k in data}}
+    for where in ("exclude", "overrides"):
+        rules[where] = items = data.get(where) or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise PrivauditorError(f"{name}: {where} must be a list of mappings")
+    configs = []
+    for cell, (defence, params) in itertools.product(cells, defences):
+        reason = defence_reason(cell.model, cell.adaptation, defence)
+        if reason:
+            if not any(d.model == cell.model and d.adaptation == cell.adaptation and d.reason == reason
+                       for d in dropped):  # fmt: skip
+                dropped.append(Dropped(cell.model, cell.adaptation, reason))
+            continue
+        settings = _cell_settings(cell, defence, params, rules, name)
+        if settings is not None:
+            configs.append(cell_config(settings, list(assignments)))
+    run = build(RunSettings, data.get("run") or {}, "run")
+    tracking = data.get("tracking") or {}
+    if not isinstance(tracking, dict) or set(tracking) - {"wandb"}:
+        raise PrivauditorError(f"{name}: tracking has one key, wandb")
+    wandb = build(WandbSettings, tracking.get("wandb") or {}, "tracking.wandb")
+    hypothesis = parse(data.get("hypothesis"))
+    if hypothesis is not None:
+        unknown = sorted(set(hypothesis.classes) - {c.adaptation for c in configs})
+        if unknown:
+            raise PrivauditorError(f"{name}: hypothesis.classes names techniques the matrix lacks: {unknown}")
+    sweep_name = str(data.get("name") or name)
+    return Sweep(sweep_name, tuple(seeds), tuple(configs), tuple(dropped), run, wandb, data, hypothesis)
+
+
+def _checked_keys(data: Any, name: str) -> dict[str, Any]:
+    """The sweep's ``matrix``, once the file's keys and the matrix's are known ones."""
     if not isinstance(data, dict):
         raise PrivauditorError(f"{name}: a sweep file is a mapping of keys, not {type(data).__name__}")
     for key in data:
@@ -159,59 +198,29 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
             raise PrivauditorError(
                 f"{name}: " + unknown_name_message("matrix key", str(key), [*MATRIX_KEYS, "defence"])
             )
-    axes = {key: _names(f"matrix.{key}", matrix.get(key)) for key in MATRIX_KEYS}
-    seeds = _names("seeds", data.get("seeds", [0]))
-    if not all(type(s) is int for s in seeds):
-        raise PrivauditorError(f"{name}: seeds must be integers, not {seeds!r}")
-    cells, dropped = expand(axes["model"], axes["adaptation"], axes["dataset"], seeds)
-    defences = _defences(name, matrix.get("defence", ["none"]))
-    shared = {k: data[k] for k in CELL_KEYS if k in data}
-    exclude = data.get("exclude") or []
-    overrides = data.get("overrides") or []
-    for where, items in (("exclude", exclude), ("overrides", overrides)):
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise PrivauditorError(f"{name}: {where} must be a list of mappings")
-    configs = []
-    for cell, (defence, params) in itertools.product(cells, defences):
-        reason = defence_reason(cell.model, cell.adaptation, defence)
-        if reason:
-            if not any(d.model == cell.model and d.adaptation == cell.adaptation and d.reason == reason
-                       for d in dropped):  # fmt: skip
-                dropped.append(Dropped(cell.model, cell.adaptation, reason))
-            continue
-        keys = {
-            "model": cell.model,
-            "adaptation": cell.adaptation,
-            "dataset": cell.dataset,
-            "seed": cell.seed,
-            "defence": defence,
-        }
-        if any(_matches(partial, keys, "exclude") for partial in exclude):
-            continue
-        settings = _merge(shared, keys)
-        if params:
-            settings = _merge(settings, {"defence_params": {defence: params}})
-        for override in overrides:
-            match = {k: v for k, v in override.items() if k in MATCH_KEYS}
-            if _matches(match, keys, "overrides"):
-                extra = {k: v for k, v in override.items() if k not in match}
-                settings = _merge(settings, extra)
-                if any(k in (*MATRIX_KEYS, "defence") for k in extra):
-                    raise PrivauditorError(f"{name}: an override cannot change {sorted(extra)}")
-        configs.append(cell_config(settings, list(assignments)))
-    run = build(RunSettings, data.get("run") or {}, "run")
-    tracking = data.get("tracking") or {}
-    if not isinstance(tracking, dict) or set(tracking) - {"wandb"}:
-        raise PrivauditorError(f"{name}: tracking has one key, wandb")
-    wandb = build(WandbSettings, tracking.get("wandb") or {}, "tracking.wandb")
-    sweep_name = data.get("name") or name
-    hypothesis = parse(data.get("hypothesis"))
-    if hypothesis is not None:
-        techniques = {c.adaptation for c in configs}
-        unknown = sorted(set(hypothesis.classes) - techniques)
-        if unknown:
-            raise PrivauditorError(f"{name}: hypothesis.classes names techniques the matrix lacks: {unknown}")
-    return Sweep(str(sweep_name), tuple(seeds), tuple(configs), tuple(dropped), run, wandb, data, hypothesis)
+    return matrix
+
+
+def _cell_settings(
+    cell: Any, defence: str, params: dict[str, Any] | None, rules: dict[str, Any], name: str
+) -> dict[str, Any] | None:
+    """One cell's settings: the sweep's ``shared`` ones, its matrix keys, its defence's settings and the
+    ``overrides`` that match it; None when an ``exclude`` entry matches it."""
+    keys = {"model": cell.model, "adaptation": cell.adaptation, "dataset": cell.dataset, "seed": cell.seed,
+            "defence": defence}  # fmt: skip
+    if any(_matches(partial, keys, "exclude") for partial in rules["exclude"]):
+        return None
+    settings = _merge(rules["shared"], keys)
+    if params:
+        settings = _merge(settings, {"defence_params": {defence: params}})
+    for override in rules["overrides"]:
+        match = {k: v for k, v in override.items() if k in MATCH_KEYS}
+        if _matches(match, keys, "overrides"):
+            extra = {k: v for k, v in override.items() if k not in match}
+            settings = _merge(settings, extra)
+            if any(k in (*MATRIX_KEYS, "defence") for k in extra):
+                raise PrivauditorError(f"{name}: an override cannot change {sorted(extra)}")
+    return settings
 
 
 def find_sweep(path_or_name: str) -> Path:

@@ -46,6 +46,18 @@ def listing(what: str) -> str:
         return render(["dataset", "real dataset", "fields", "offline records"], rows)
     if what == "adaptations":
         return adaptations_listing()
+    if what == "defences":
+        import dataclasses
+
+        from privauditor.tasks.defences import DEFENCES
+
+        rows, about = [], []
+        for name, cls in DEFENCES.items():
+            rows.append([name, ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls.settings)),
+                         cls.version])  # fmt: skip
+            about.append(textwrap.fill((cls.__doc__ or "").strip().splitlines()[0], 100,
+                                       initial_indent=f"{name:<10} ", subsequent_indent=" " * 11))  # fmt: skip
+        return render(["defence", "settings (defaults)", "version"], rows) + "\n\n" + "\n".join(about)
     if what == "sweeps":
         from .sweep import SWEEPS_DIR, load_sweep
 

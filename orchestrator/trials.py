@@ -78,7 +78,8 @@ def _trial(
     import torch
     from ray import tune
 
-    from privauditor.tasks.cell import CellEnvironment, checkpoint_results, run_cell
+    from privauditor.tasks.cell import CellEnvironment, run_cell
+    from privauditor.tasks.results import checkpoint_results
 
     from .attack_actor import attack_actor, ray_tasks
     from .plots import roc_png

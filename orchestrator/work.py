@@ -29,6 +29,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from privauditor.tasks.defences import get_defence
+
 from .costs import Shape, forward_flops, train_flops
 
 UNITS = ("forward", "train", "sequence", "gradient", "neighbour", "attack_record", "blind_record", "cell",
@@ -126,8 +128,9 @@ def cell_work(
         own.add("train", train=passes * flops, gradient=passes)
     else:
         own.add("train", cell=1)  # a technique that trains nothing still passes through the training step
-    if spec.defence == "dp":
-        own.add("calibrate", cell=1)  # DP-SGD's noise multiplier for the target epsilon
+    defence = get_defence(spec.defence)
+    if defence is not None:
+        own.add(defence.stage, cell=1)  # building its guard (DP-SGD: the noise multiplier for the target ε)
     checkpoints = list(spec.train.checkpoints)
     n_checkpoints = len(checkpoints)
     own.add("utility", forward=n_checkpoints * split.validation * forward_flops(shape, seq[0], 1, seq[1]),
@@ -170,8 +173,8 @@ def cell_work(
             role = "target" if "target" in view.models() else "reference"
             label = view.label + (SHARED if is_shared else "")
             where = shared[keys["model" if view.models() else "data"]] if is_shared else own
-            _add_view(where, label, view, parts, shapes[role], seqs[role],
-                      trainable_matmul, 1.0 if is_shared else weight)  # fmt: skip
+            _add_view(where, label, view, parts, (shapes[role], seqs[role]), trainable_matmul,
+                      1.0 if is_shared else weight)  # fmt: skip
             made = view.cost().shared_forward * parts["scored"]
             if made and ("neighbours", view.label) not in seen:  # the neighbour texts: made once a split
                 seen.add(("neighbours", view.label))
@@ -200,9 +203,10 @@ def _runs(attack: Any, index: int, n_checkpoints: int, best_before_last: float) 
     return best_before_last if index == n_checkpoints - 2 else 0.0
 
 
-def _add_view(work: Work, label: str, view: Any, parts: dict[str, int], shape: Shape, seq: tuple[int, int],
+def _add_view(work: Work, label: str, view: Any, parts: dict[str, int], model: tuple[Shape, tuple[int, int]],
               trainable_matmul: int, weight: float) -> None:  # fmt: skip
-    cost = view.cost()
+    """Price ``view`` on ``parts`` for a model of that (shape, (prompt, target) tokens per text)."""
+    (shape, seq), cost = model, view.cost()
     texts = weight * (sum(parts.get(p, 0) for p in view.parts() if p in parts) or parts["scored"])
     if not view.models():  # model-free: the blind control's permutation test, or token counts
         work.add(label, blind_record=texts if view.name == "blind" else 0, cell=weight)

@@ -7,6 +7,8 @@ worker starts in about a second.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,21 +20,34 @@ from .metrics import attack_metrics, duplication_metrics
 from .views._base import aligned
 
 
-def attack_job(
-    name: str,
-    params: dict[str, Any],
-    signals_file: str,
-    view_files: dict[str, str],
-    bootstrap: int,
-    seed: int,
-    delta: float | None = None,
-    repeated: dict[str, int] | None = None,
-) -> tuple[np.ndarray, dict[str, Any]]:
-    """Scores (higher = member, in ``signals_file``'s sample order) and metrics of one attack whose views,
-    by role, are stored in ``view_files``; with ``delta``, the empirical lower bound on ε at that δ
+@dataclass(frozen=True)
+class AttackJob:
+    """One attack (``name`` with its ``params``) whose views, by role, are stored in ``view_files``;
+    scored in ``signals_file``'s sample order. ``bootstrap`` resamples (seeded by ``seed``) give the
+    intervals; with ``delta``, the empirical lower bound on ε at that δ
     (:mod:`privauditor.tasks.lower_bound`); with ``repeated`` (sample id → times trained, for the members
     trained more than once), the duplication metrics."""
+
+    name: str
+    params: dict[str, Any]
+    signals_file: str
+    view_files: dict[str, str]
+    bootstrap: int
+    seed: int
+    delta: float | None = None
+    repeated: dict[str, int] = field(default_factory=dict)
+
+
+#: ``map_jobs(attack_job, jobs)``: runs ``attack_job`` on every job, returns the results in order
+MapJobs = Callable[[Callable[[AttackJob], Any], list[AttackJob]], list[Any]]
+
+
+def attack_job(job: AttackJob) -> tuple[np.ndarray, dict[str, Any]]:
+    """Scores (higher = member) and metrics of ``job``'s attack."""
     import pyarrow.parquet as pq
+
+    name, params, signals_file, view_files = job.name, job.params, job.signals_file, job.view_files
+    bootstrap, seed, delta, repeated = job.bootstrap, job.seed, job.delta, job.repeated
 
     labels = pq.ParquetFile(signals_file).read(columns=["sample_id", "member"])
     sample_ids = labels.column("sample_id").to_pylist()
@@ -55,6 +70,6 @@ def attack_job(
     return scores, metrics
 
 
-def in_process(job: Any, jobs: list[tuple[Any, ...]]) -> list[Any]:
+def in_process(run: Callable[[AttackJob], Any], jobs: list[AttackJob]) -> list[Any]:
     """The default ``map_jobs``: one job after another in this process."""
-    return [job(*args) for args in jobs]
+    return [run(job) for job in jobs]

@@ -13,8 +13,6 @@ contract under ``OUT/cells/<audit id>/``, so ``privauditor report OUT`` includes
 from __future__ import annotations
 
 import hashlib
-import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +21,13 @@ from typing import Any
 from .adapted import load_adapted, virtual_tokens
 from .audit_inputs import check_inputs, read_records
 from .cache import stable_hash
-from .cell import CellOutcome, check_context, check_results_dir
+from .cell import check_context
 from .chat import render, template_of
 from .config import DEFAULT_ATTACKS, CellConfig
 from .datasets import content_hash
 from .errors import PrivauditorError
-from .files import write_json
 from .provenance import directory_hash, versions
+from .results import CellFolder, CellOutcome, CellRecord, check_results_dir
 from .spec import resolve, slug
 
 #: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which
@@ -87,8 +85,9 @@ def run_audit(
 ) -> CellOutcome:
     """Score, attack and measure ``model`` (+ ``options.adapter``) on the given members and non-members."""
     from .attacks import ATTACKS
-    from .evaluate import Reference, Scorer, evaluate, identity_of
+    from .evaluate import Evaluate, evaluate
     from .models import load_model, resolve_model, weights_identity
+    from .scorer import Reference, Scorer, identity_of
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
     options = options or AuditOptions()
@@ -113,19 +112,17 @@ def run_audit(
         ["audit", slug(model), slug(Path(adapter).name if adapter else "checkpoint"), stable_hash(key, 8)]
     )
     out = Path(out)
-    cell_dir = out / "cells" / audit_id
-    if (cell_dir / "DONE").exists():
-        found = json.loads((cell_dir / "metrics.json").read_text())
-        return CellOutcome(audit_id, cell_dir, found, True, tuple(warnings))
-    check_results_dir(out)
+    folder = CellFolder(out, audit_id)
+    if folder.done:
+        return folder.outcome(skipped=True, warnings=tuple(warnings))
+    check_results_dir(out)  # before any weights load
     loaded, technique, trainable = load_adapted(model_spec, adapter)
     max_length = spec.train.max_length
     check_context(max_length, virtual_tokens(loaded.model), loaded, model)
     if chats:  # rendered with the model's own chat template now that its tokenizer is loaded
         parts = {k: [render(e.sample_id, chats[e.sample_id], loaded.tokenizer, chat_scored) for e in v]
                  for k, v in parts.items()}  # fmt: skip
-    shutil.rmtree(cell_dir, ignore_errors=True)
-    cell_dir.mkdir(parents=True)
+    cell_dir = folder.start()
     name = loaded.spec.name
     weights = weights_identity(model_spec)
     target = Scorer(
@@ -140,14 +137,14 @@ def run_audit(
         identity = identity_of(base.model, base.tokenizer, base.spec.name, base_weights, "none")
         ref = Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
     started = time.perf_counter()
-    found = evaluate(
-        target, parts, spec.attacks, cell_dir, out / "shared", ref, max_length, spec.score.batch_size,
-        spec.score.bootstrap, spec.seed,
-    )  # fmt: skip
+    how = Evaluate(
+        cell_dir, out / "shared", max_length, ref, spec.score.batch_size, spec.score.bootstrap, spec.seed
+    )
+    found = evaluate(target, parts, spec.attacks, how)
     from .training import validation_loss
 
     utility = validation_loss(loaded.model, loaded.tokenizer, parts["nonmembers"], max_length, loaded.seq2seq)
-    record = {
+    record: CellRecord = {
         "cell_id": audit_id,
         "config": spec.to_dict() | {"model": model, "adaptation": technique, "dataset": Path(members).name},
         "audit": {
@@ -188,6 +185,5 @@ def run_audit(
         "timings": {"total": round(time.perf_counter() - started, 3)},
         "versions": versions(),
     }
-    write_json(cell_dir / "cell.json", record)
-    write_json(cell_dir / "DONE", {"cell_id": audit_id})
-    return CellOutcome(audit_id, cell_dir, found.metrics, False, tuple(warnings))
+    folder.finish(record)
+    return folder.outcome(skipped=False, warnings=tuple(warnings))

@@ -20,17 +20,15 @@ run at the last and the best; one that adapts a model of its own (``spv_mia``) a
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .attack_job import in_process
+from .attack_job import MapJobs, in_process
 from .config import CellConfig
 from .counting import install_from_env
 from .deadline import limit, remaining
@@ -39,46 +37,10 @@ from .faults import in_cell
 from .files import write_json
 from .progress import Progress
 from .provenance import directory_hash, hardware, versions
+from .results import RESULTS_FORMAT, CellFolder, CellOutcome, CheckpointRecord, checkpoint_path
 from .spec import CellSpec, slug
 
-# 2: the typed spec (data, weights and version identities in the cell id), split parts, views
-# 3: checkpoints (one audit per snapshot; earlier ones under checkpoints/epoch-<e>/)
-# 4: checkpoints named by step (checkpoints/step-<s>/; epochs may be fractions); tpr at FPR < target
-RESULTS_FORMAT = 4
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CellOutcome:
-    cell_id: str
-    path: Path
-    metrics: dict[str, Any]
-    skipped: bool  # already DONE before this call
-    warnings: tuple[str, ...] = ()  # what was weak about the inputs (an audit's; tasks/audit_inputs.py)
-
-
-def check_results_dir(out: Path) -> None:
-    """Create ``out/privauditor.json`` or check it: a folder of another results format is refused."""
-    marker = out / "privauditor.json"
-    if marker.exists():
-        try:
-            found = json.loads(marker.read_text()).get("results_format")
-        except (json.JSONDecodeError, AttributeError):
-            found = "unreadable"
-        if found != RESULTS_FORMAT:
-            raise PrivauditorError(
-                f"{out} holds results format {found!r}, this privauditor writes {RESULTS_FORMAT}: "
-                "use another --out folder"
-            )
-        return
-    if out.exists() and not out.is_dir():
-        raise PrivauditorError(f"results folder {out} is a file, not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        # run_id: this folder's identity on a board (a rerun elsewhere is another run)
-        write_json(marker, {"results_format": RESULTS_FORMAT, "run_id": uuid.uuid4().hex})
-    except OSError as exc:
-        raise PrivauditorError(f"cannot write results to {out}: {exc.strerror or exc}") from None
 
 
 class _Clock:
@@ -101,7 +63,7 @@ class CellEnvironment:
     #: ``workers`` ranks (Ray Train, from the orchestrator); cells whose ``train.deepspeed`` is set need it
     distributed: Callable[[dict[str, Any], int], Any] | None = None
     #: ``map_jobs(attack_job, jobs)``: how the attacks run on the stored signals (Ray tasks in a sweep)
-    map_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] = in_process
+    map_jobs: MapJobs = in_process
     #: ``run_view(compute_view, job)`` starts a view that adapts a model of its own (SPV-MIA's reference)
     #: out of the cell's process and returns the wait for it (a Ray task in a sweep; None: in the cell)
     run_view: Callable[[Callable[..., Any], Any], Callable[[], Any]] | None = None
@@ -118,27 +80,21 @@ def run_cell(cell: CellConfig | CellSpec, out: Path, env: CellEnvironment = Cell
     out = Path(out)
     spec = cell if isinstance(cell, CellSpec) else cell.resolve()
     cell_id = spec.cell_id()
-    cell_dir = out / "cells" / cell_id
-    if (cell_dir / "DONE").exists():
-        return CellOutcome(cell_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), True)
+    folder = CellFolder(out, cell_id)
+    if folder.done:
+        return folder.outcome(skipped=True)
     if env.distributed is None and spec.train.deepspeed is not None:
         raise PrivauditorError(
             f"{cell_id}: train.deepspeed / train.workers > 1 train under Ray Train: "
             "run the cell with `privauditor cell` or `privauditor run`"
         )
-    check_results_dir(out)
-    shutil.rmtree(cell_dir, ignore_errors=True)  # an unfinished earlier attempt
-    cell_dir.mkdir(parents=True)
+    cell_dir = folder.start()  # an unfinished earlier attempt is cleared
     in_cell(cell_id)
     with limit(env.timeout_s):
         record = execute(spec, cell_id, cell_dir, out / "shared", _Clock(), env)
     record["hardware"] = hardware(record["device"])
-    write_json(cell_dir / "cell.json", record | {"versions": versions(), "runtime": env.runtime})
-    write_json(
-        cell_dir / "DONE",
-        {"cell_id": cell_id, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-    )
-    return CellOutcome(cell_id, cell_dir, json.loads((cell_dir / "metrics.json").read_text()), False)
+    folder.finish(record | {"versions": versions(), "runtime": env.runtime})
+    return folder.outcome(skipped=False)
 
 
 def execute(
@@ -147,12 +103,12 @@ def execute(
     """The cell's work; returns the ``cell.json`` record (spec, provenance, timings, training)."""
     from .adaptations import build_adaptation
     from .datasets import load_dataset
-    from .dp import Privacy
-    from .evaluate import context_tokens, identity_of
+    from .defences import TrainingRun, get_defence
     from .models import load_model
+    from .scorer import context_tokens, identity_of
     from .snapshots import saver
     from .splits import draw_split
-    from .training import apply_seeded, train, train_config_of
+    from .training import Loop, apply_seeded, train, train_config_of
 
     technique = build_adaptation(spec.adaptation, spec.adaptation_params)
     # the split before the model: bad data fails before any weights load
@@ -167,12 +123,13 @@ def execute(
     base_identity = identity_of(loaded.model, loaded.tokenizer, spec.model, spec.base, "none")
     model = apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed)
     snapshots = cell_dir / ".snapshots"
-    privacy, sigma, private = None, None, {}
-    if spec.defence == "dp":
-        privacy = Privacy.of(spec.defence_params, len(split.trained), spec.train.batch_size, spec.train.epochs,
-                             spec.seed)  # fmt: skip
-        sigma = clock("calibrate", lambda: privacy.sigma)
-        private = {"make_step": privacy.make_step(sigma, loaded.seq2seq), "sampler": privacy.sampler()}
+    defence, guard = get_defence(spec.defence), None
+    if defence is not None:
+        run = TrainingRun(
+            len(split.trained), spec.train.batch_size, spec.train.epochs, spec.seed, loaded.seq2seq
+        )
+        guard = clock(defence.stage, lambda: defence.guard(spec.defence_params, run))
+    private = {} if guard is None else guard.loop
     if spec.train.deepspeed is None:
         train_config, checkpoints = train_config_of(spec), spec.train.checkpoints
         on_checkpoint = saver(model, snapshots)
@@ -184,9 +141,7 @@ def execute(
                 split.trained,
                 train_config,
                 loaded.seq2seq,
-                checkpoints=checkpoints,
-                on_checkpoint=on_checkpoint,
-                **private,
+                Loop(checkpoints=checkpoints, on_checkpoint=on_checkpoint, **private),
             ),  # fmt: skip
         )
     else:
@@ -194,11 +149,11 @@ def execute(
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())  # peft's convention: the adapted model's parameters
     reference = reference_for(spec, loaded, base_identity, technique.trains)
-    audited = audit_checkpoints(
-        spec, technique, model, loaded, split, result.checkpoints, snapshots, cell_dir, shared, reference,
-        clock, env, (contexts, demonstrations),
-        epsilon_at=None if privacy is None else lambda step: privacy.spent(step, sigma),
+    trained = Trained(
+        spec, technique, model, loaded, split, result.checkpoints, snapshots, contexts, demonstrations,
+        epsilon_at=None if guard is None else guard.spent,
     )  # fmt: skip
+    audited = audit_checkpoints(trained, cell_dir, shared, reference, clock, env)
     shutil.rmtree(snapshots, ignore_errors=True)
     final = audited[-1]
     return {
@@ -222,7 +177,7 @@ def execute(
             "seconds": result.seconds,
             "epoch_losses": result.epoch_losses,
         },
-        "defence": {"name": "none"} if privacy is None else privacy.record(sigma, result.steps),
+        "defence": {"name": "none"} if guard is None else guard.record(result.steps),
         "utility_loss": final["utility_loss"],
         "device": str(next(model.parameters()).device),
         "n_members": len(split.members),
@@ -232,30 +187,50 @@ def execute(
     }
 
 
+@dataclass
+class Trained:
+    """A trained cell to audit: its spec, technique and adapted ``model`` (on ``loaded``'s base), its
+    split, the (epoch, step) ``checkpoints`` whose snapshots are in ``snapshots``. In-context learning's
+    ``contexts`` by sample id and the record of its ``demonstrations`` (written in place of ``adapter/``);
+    ``epsilon_at(step)``: the ε a DP run has spent by that step."""
+
+    spec: CellSpec
+    technique: Any
+    model: Any
+    loaded: Any
+    split: Any
+    checkpoints: list[tuple[float, int]]
+    snapshots: Path
+    contexts: dict[str, str] | None = None
+    demonstrations: dict[str, Any] | None = None
+    epsilon_at: Callable[[int], float] | None = None
+
+
 def audit_checkpoints(
-    spec: CellSpec, technique: Any, model: Any, loaded: Any, split: Any, checkpoints: list[tuple[float, int]],
-    snapshots: Path, cell_dir: Path, shared: Path, reference: Any, clock: _Clock, env: CellEnvironment,
-    in_context: tuple[dict[str, str] | None, dict[str, Any] | None] = (None, None),
-    epsilon_at: Callable[[int], float] | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
-    """Score and attack each (epoch, step) snapshot of the training run; returns the ``checkpoints``
-    records of ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the
-    earliest of ties) gets the costly attacks too. ``in_context``: in-context learning's contexts by
-    sample id and the record of its prompts (written in place of ``adapter/``). ``epsilon_at(step)``: the
-    ε a DP run has spent by that step; an attack whose empirical lower bound on ε exceeds it is listed
-    under ``dp_violations`` and logged as a bug."""
+    trained: Trained, cell_dir: Path, shared: Path, reference: Any, clock: _Clock, env: CellEnvironment
+) -> list[CheckpointRecord]:
+    """Score and attack each checkpoint of ``trained``; returns the ``checkpoints`` records of
+    ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the earliest of
+    ties) gets the costly attacks too. An attack whose empirical lower bound on ε exceeds what a DP run
+    has spent is listed under ``dp_violations`` and logged as a bug."""
     from .adaptations.icl import write_demonstrations
     from .attacks import build_attack
-    from .dp import default_delta
-    from .evaluate import Scorer, evaluate, identity_of
+    from .defences import default_delta, get_defence
+    from .evaluate import Evaluate, evaluate
+    from .scorer import Scorer, identity_of
     from .snapshots import load_snapshot
     from .training import validation_loss
     from .view_job import elsewhere
     from .views._base import Recipe
 
+    spec, technique, model, loaded, split = trained.spec, trained.technique, trained.model, trained.loaded, trained.split  # fmt: skip
+    contexts, demonstrations, checkpoints = trained.contexts, trained.demonstrations, trained.checkpoints
     max_length = spec.train.max_length
     recipe = Recipe(spec.model, spec.adaptation, spec.adaptation_params, spec.train.lr, spec.train.batch_size)
-    contexts, demonstrations = in_context
+    defence = get_defence(spec.defence)
+    delta = (defence.delta(spec.defence_params) if defence else None) or default_delta(
+        len(split.members) + len(split.known_members)
+    )
 
     def utility() -> float:
         if contexts:  # per token, as validation_loss
@@ -268,7 +243,7 @@ def audit_checkpoints(
 
     utilities = {}
     for _, step in checkpoints:
-        load_snapshot(model, snapshots, step)
+        load_snapshot(model, trained.snapshots, step)
         utilities[step] = clock("utility", utility)
     best = min(utilities, key=lambda s: (utilities[s], s))
     last = checkpoints[-1][1]
@@ -278,7 +253,7 @@ def audit_checkpoints(
         f"auditing {len(checkpoints)} checkpoints ({len(spec.attacks)} attacks)", len(checkpoints)
     )
     for epoch, step in checkpoints:
-        load_snapshot(model, snapshots, step)
+        load_snapshot(model, trained.snapshots, step)
         folder = cell_dir if step == last else cell_dir / checkpoint_path(step)
         built = {a.name: build_attack(a.name, a.params) for a in spec.attacks}
         attacks = [a for a in spec.attacks if built[a.name].runs_at(step, last, best)]
@@ -294,14 +269,15 @@ def audit_checkpoints(
         identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
         target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, contexts)
         saved = env.run_view is not None and technique.trains and demonstrations is None
-        found = evaluate(
-            target, parts, attacks, folder, shared, reference, max_length, spec.score.batch_size,
-            spec.score.bootstrap, spec.seed, clock, env.map_jobs, views_dir=cell_dir, recipe=recipe,
+        how = Evaluate(
+            folder, shared, max_length, reference, spec.score.batch_size, spec.score.bootstrap, spec.seed,
+            clock, env.map_jobs, views_dir=cell_dir, recipe=recipe,
             elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved else None,
-            delta=spec.defence_params.get("delta") or default_delta(len(split.members) + len(split.known_members)),
+            delta=delta,
             repeated=split.repeats(),
         )  # fmt: skip
-        spent = None if epsilon_at is None else epsilon_at(step)
+        found = evaluate(target, parts, attacks, how)
+        spent = None if trained.epsilon_at is None else trained.epsilon_at(step)
         violations = dp_violations(found.metrics, spent)
         audited.append(
             {
@@ -336,20 +312,6 @@ def dp_violations(metrics: dict[str, Any], spent: float | None) -> list[str]:
     return found
 
 
-def checkpoint_results(cell_dir: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """A finished cell's (checkpoint record, metrics by attack) pairs, in step order."""
-    record = json.loads((Path(cell_dir) / "cell.json").read_text())
-    return [
-        (checkpoint, json.loads((Path(cell_dir) / checkpoint["path"] / "metrics.json").read_text()))
-        for checkpoint in record["checkpoints"]
-    ]
-
-
-def checkpoint_path(step: int) -> str:
-    """Where an earlier checkpoint's audit lives in its cell's folder (the last one's is the folder)."""
-    return f"checkpoints/step-{step}"
-
-
 def check_context(max_length: int, virtual: int, loaded: Any, name: str, demonstrations: int = 0) -> None:
     """``train.max_length`` plus ``virtual`` tokens (prompt learning) or the longest prompt of
     ``demonstrations`` tokens (in-context learning) must fit the model's positions."""
@@ -379,8 +341,8 @@ def train_elsewhere(spec: CellSpec, workdir: Path, distributed: Any) -> Any:
 def reference_for(spec: CellSpec, loaded: Any, base_identity: Any, trains: bool = True) -> Any:
     """The reference model: the un-adapted base unless the spec names one. The base is reloaded (the
     adaptation changed the loaded copy) only if a view that reads it is not stored yet."""
-    from .evaluate import Reference, Scorer, identity_of
     from .models import load_model
+    from .scorer import Reference, Scorer, identity_of
 
     if spec.reference is None:
         if not trains:  # the target's weights are the base's own (none, in-context learning)

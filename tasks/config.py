@@ -43,7 +43,7 @@ class CellConfig:
     attack_params: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     #: the reference model (None: the un-adapted base)
     reference: str | None = None
-    #: ``none`` or ``dp`` (DP-SGD, :mod:`privauditor.tasks.dp`)
+    #: ``none`` or a defence's name (``dp``: DP-SGD, :mod:`privauditor.tasks.defences.dp`)
     defence: str = "none"
     #: settings by defence name, e.g. {dp: {epsilon: 1}}; only the cell's own defence's apply
     defence_params: dict[str, dict[str, Any] | None] = field(default_factory=dict)
@@ -58,13 +58,13 @@ class CellConfig:
         """Every name and hyper-parameter resolves, and every split part an attack reads is not empty;
         no dataset, weights or Ray are touched."""
         from .adaptations import build_adaptation
-        from .dp import check_defence, resolve_dp, unsupported_reason
+        from .defences import get_defence
 
         technique = build_adaptation(self.adaptation, self.adaptation_params.get(self.adaptation))
-        check_defence(self.defence)
-        if self.defence == "dp":
-            resolve_dp(self.defence_params.get("dp"), self.split.members)
-            reason = unsupported_reason(technique, self.train.workers, self.train.deepspeed)
+        defence = get_defence(self.defence)
+        if defence is not None:
+            defence.resolve(self.defence_params.get(self.defence), self.split.members)
+            reason = defence.unsupported_reason(technique, self.train.workers, self.train.deepspeed)
             if reason:
                 raise PrivauditorError(f"cannot run {self.model} × {self.adaptation}: {reason}")
         for name, attack in self.built_attacks().items():

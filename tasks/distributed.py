@@ -21,7 +21,7 @@ import torch
 
 from .deadline import limit
 from .snapshots import save_snapshot
-from .training import TrainResult, apply_seeded, train, train_config_of, warmup_then_constant
+from .training import Loop, TrainResult, apply_seeded, train, train_config_of, warmup_then_constant
 
 RESULT_FILE = "train.json"
 
@@ -126,8 +126,7 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     with limit(spec.get("timeout_s")):
         result = train(
             model, loaded.tokenizer, split.trained, train_config, loaded.seq2seq,
-            make_step=lambda *a: step(*a).step, rank=rank, world=world,
-            checkpoints=cell.train.checkpoints, on_checkpoint=snapshot,
+            Loop(lambda *a: step(*a).step, rank, world, cell.train.checkpoints, on_checkpoint=snapshot),
         )  # fmt: skip
     torch.distributed.barrier()  # every rank's loop checks the same time limit
     if rank != 0:

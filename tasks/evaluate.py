@@ -14,146 +14,68 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from .attack_job import attack_job, in_process
+from .attack_job import AttackJob, MapJobs, attack_job, in_process
 from .attacks import build_attack
 from .datasets import Example
 from .files import write_json, write_table
-from .signals import Signals
+from .scorer import Reference, Scorer
 from .views import build_view
-from .views._base import ModelIdentity, Recipe, ViewContext
-
-if TYPE_CHECKING:
-    from .scoring import TokenStats
+from .views._base import Recipe, ViewContext
 
 
-@dataclass
-class Scorer:
-    """A model ready to score, and its identity. ``contexts`` (in-context learning) maps each sample id
-    to the text the model reads in front of that sample's prompt: its demonstrations."""
+@dataclass(frozen=True)
+class Evaluate:
+    """Where and how :func:`evaluate` works. ``shared``: the results folder's ``shared/`` (views of
+    un-adapted models); views of the adapted model are kept under ``views_dir`` (default ``out_dir``): a
+    cell keeps every checkpoint's there, apart by their adaptation hash. ``reference``: the reference
+    model, None when there is none (an attack that reads it is skipped with a note). ``recipe``: how the
+    target was adapted, for views that adapt a model of their own the same way (a cell knows it; an audit
+    of someone else's model not); ``elsewhere`` starts such views out of this process
+    (:class:`ViewContext`), before any other view is computed here, so the two overlap. ``map_jobs`` runs
+    the attack jobs (in this process, or as parallel Ray tasks). ``delta`` and ``repeated`` add the
+    empirical ε bound and the duplication metrics (:class:`~privauditor.tasks.attack_job.AttackJob`)."""
 
-    model: Any
-    tokenizer: Any
-    seq2seq: bool
-    identity: ModelIdentity
-    contexts: Mapping[str, str] | None = None
-
-    def context_of(self, sample_id: str) -> str:
-        """The context ``sample_id`` is read in ("" without in-context learning); a variant of a sample
-        (``<id>#<j>``, e.g. a neighbour text) is read in its sample's."""
-        if not self.contexts:
-            return ""
-        found = self.contexts.get(sample_id)
-        return self.contexts[sample_id.rsplit("#", 1)[0]] if found is None else found
-
-    @property
-    def context_tokens(self) -> int:
-        """Positions the longest context takes (0 without in-context learning)."""
-        return context_tokens(self.contexts, self.tokenizer)
-
-    def score(
-        self,
-        examples: Sequence[Example],
-        max_length: int,
-        batch_size: int = 16,
-        moments: bool = True,
-        prefixes: Sequence[str] | None = None,
-    ) -> list[TokenStats]:
-        """Per-token statistics of every example's target, each read in its context, after its
-        ``prefixes`` entry when given (the scored positions stay the example's own)."""
-        from .scoring import score_examples, score_in_context
-
-        if not self.contexts and prefixes is None:
-            return score_examples(
-                self.model, self.tokenizer, examples, max_length, self.seq2seq, batch_size, moments
-            )
-        prefixes = prefixes or [""] * len(examples)
-        before = [self.context_of(e.sample_id) + p for e, p in zip(examples, prefixes, strict=True)]
-        return score_in_context(
-            self.model, self.tokenizer, examples, before, max_length, self.seq2seq, batch_size, moments
-        )
-
-    def mean_nll(self, examples: Sequence[Example], max_length: int, batch_size: int = 32) -> np.ndarray:
-        """Mean per-token NLL of every example's target, read in its context: float64 array."""
-        stats = self.score(examples, max_length, batch_size, moments=False)
-        return np.array([s.nll for s in stats], dtype=np.float64)
-
-    def signals(
-        self, examples: Sequence[Example], member: np.ndarray, max_length: int, batch_size: int
-    ) -> Signals:
-        stats = self.score(examples, max_length, batch_size)
-        texts = self.tokenizer.batch_decode([s.token_ids.tolist() for s in stats])  # the target as scored
-        return Signals.from_stats([e.sample_id for e in examples], member, stats, texts)
-
-
-def context_tokens(contexts: Mapping[str, str] | None, tokenizer: Any) -> int:
-    """Tokens of the longest in-context prompt (0 without in-context learning)."""
-    if not contexts:
-        return 0
-    texts = sorted(set(contexts.values()))
-    return max(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
-
-
-@dataclass
-class Reference:
-    """The reference model: its identity is known up front, the model is loaded only when a view that
-    reads it is not stored yet."""
-
-    identity: ModelIdentity
-    load: Callable[[], Scorer]
-
-
-def identity_of(
-    model: Any, tokenizer: Any, name: str, weights: str | None, adaptation_hash: str
-) -> ModelIdentity:
-    dtype = str(next(model.parameters()).dtype)
-    return ModelIdentity(name, weights, adaptation_hash, f"{tokenizer.name_or_path}:{len(tokenizer)}", dtype)
+    out_dir: Path
+    shared: Path
+    max_length: int
+    reference: Reference | None = None
+    batch_size: int = 16
+    bootstrap: int = 1000
+    seed: int = 0
+    clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work()
+    map_jobs: MapJobs = in_process
+    views_dir: Path | None = None
+    recipe: Recipe | None = None
+    elsewhere: Callable[[Any, ViewContext], Callable[[], Any]] | None = None
+    delta: float | None = None
+    repeated: Mapping[str, int] | None = None
 
 
 def evaluate(
-    target: Scorer,
-    parts: dict[str, Sequence[Example]],
-    attacks: Sequence[Any],
-    out_dir: Path,
-    shared: Path,
-    reference: Reference | None,
-    max_length: int,
-    batch_size: int = 16,
-    bootstrap: int = 1000,
-    seed: int = 0,
-    clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work(),
-    map_jobs: Callable[[Callable[..., Any], list[tuple[Any, ...]]], list[Any]] = in_process,
-    views_dir: Path | None = None,
-    recipe: Recipe | None = None,
-    elsewhere: Callable[[Any, ViewContext], Callable[[], Any]] | None = None,
-    delta: float | None = None,
-    repeated: Mapping[str, int] | None = None,
+    target: Scorer, parts: dict[str, Sequence[Example]], attacks: Sequence[Any], how: Evaluate
 ) -> Evaluation:
     """Run ``attacks`` (each with ``name`` and ``params``, e.g. a cell spec's) on ``target``.
 
     ``parts`` holds the split's ``members`` and ``nonmembers`` (scored) and any ``population`` /
-    ``known_members``. Views are computed here, once each; the attacks are jobs on the stored views, run
-    through ``map_jobs`` (in this process, or as parallel Ray tasks). An attack that reads the reference
-    model is skipped with a note when there is none (a full checkpoint audited without ``--reference``).
-    Views of the adapted model are kept under ``views_dir`` (default ``out_dir``): a cell keeps every
-    checkpoint's there, apart by their adaptation hash. ``recipe``: how the target was adapted, for views
-    that adapt a model of their own the same way (a cell knows it; an audit of someone else's model not);
-    ``elsewhere`` starts such views out of this process (:class:`ViewContext`), before any other view is
-    computed here, so the two overlap. ``delta`` and ``repeated`` add the empirical ε bound and the
-    duplication metrics (:func:`~privauditor.tasks.attack_job.attack_job`).
+    ``known_members``. Views are computed here, once each; the attacks are jobs on the stored views. An
+    attack that reads the reference model is skipped with a note when there is none (a full checkpoint
+    audited without ``--reference``).
     """
+    out_dir, reference = how.out_dir, how.reference
     scorers = {"target": lambda: target}
     identities = {"target": target.identity}
     if reference is not None:
         scorers["reference"], identities["reference"] = reference.load, reference.identity
-    own = out_dir if views_dir is None else views_dir
+    own = out_dir if how.views_dir is None else how.views_dir
     context = ViewContext(
-        scorers, identities, parts, max_length, batch_size, seed, shared, own, clock, recipe, elsewhere
-    )
+        scorers, identities, parts, how.max_length, how.batch_size, how.seed, how.shared, own, how.clock,
+        how.recipe, how.elsewhere,
+    )  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     signals_file = out_dir / "signals.parquet"
     shutil.copyfile(context.file(build_view("signals")), signals_file)  # the contract's copy, in the cell
@@ -176,22 +98,31 @@ def evaluate(
     for _, views in runnable:
         for view in views.values():
             context.start(view)
-    jobs = []
-    for spec, views in runnable:
-        files = {role: str(context.file(view)) for role, view in views.items()}
-        jobs.append(
-            (spec.name, spec.params, str(signals_file), files, bootstrap, seed, delta, dict(repeated or {}))
-        )
-    results = clock("attacks", lambda: map_jobs(attack_job, jobs))
-    scores = {job[0]: result[0] for job, result in zip(jobs, results, strict=True)}
-    metrics |= {job[0]: result[1] for job, result in zip(jobs, results, strict=True)}
+    jobs = [
+        AttackJob(
+            spec.name,
+            spec.params,
+            str(signals_file),
+            {role: str(context.file(v)) for role, v in views.items()},
+            how.bootstrap,
+            how.seed,
+            how.delta,
+            dict(how.repeated or {}),
+        )  # fmt: skip
+        for spec, views in runnable
+    ]
+    results = how.clock("attacks", lambda: how.map_jobs(attack_job, jobs))
+    scores = {job.name: result[0] for job, result in zip(jobs, results, strict=True)}
+    metrics |= {job.name: result[1] for job, result in zip(jobs, results, strict=True)}
     metrics = {spec.name: metrics[spec.name] for spec in attacks}  # the attacks' order
     scored = context.examples()
     member = context.member()
     write_table(scores_table([e.sample_id for e in scored], member, scores), out_dir / "scores.parquet")
     write_json(out_dir / "metrics.json", metrics)
-    root = Path(shared).parent
-    views = {job[0]: {role: str(Path(f).relative_to(root)) for role, f in job[3].items()} for job in jobs}
+    root = Path(how.shared).parent
+    views = {
+        job.name: {role: str(Path(f).relative_to(root)) for role, f in job.view_files.items()} for job in jobs
+    }
     return Evaluation(json.loads((out_dir / "metrics.json").read_text()), views, context.done_elsewhere)
 
 

@@ -4,6 +4,7 @@ git revision, the hardware (never the machine's name), and the content hash of a
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -57,9 +58,32 @@ def hardware(device: str) -> dict[str, Any]:
     return {"device": device, "accelerator": accelerator, "cpus": os.cpu_count(), "arch": platform.machine()}
 
 
+#: peft keeps these settings as sets and writes them in the order of the process's string hashing
+PEFT_SETS = ("target_modules", "exclude_modules")
+
+
 def directory_hash(path: Path) -> str:
-    """sha256 over the names and bytes of the files under ``path`` (the adaptation's content hash)."""
+    """sha256 over the names and bytes of the files under ``path`` (the adaptation's content hash). A peft
+    ``adapter_config.json`` counts by its settings, its :data:`PEFT_SETS` sorted: the same adapter saved by
+    two processes hashes alike."""
     digest = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(str(file.relative_to(path)).encode() + b"\x00" + file.read_bytes())
+        data = file.read_bytes()
+        if file.name == "adapter_config.json":
+            data = _settings_bytes(data)
+        digest.update(str(file.relative_to(path)).encode() + b"\x00" + data)
     return digest.hexdigest()
+
+
+def _settings_bytes(data: bytes) -> bytes:
+    """A peft config in one byte form: sorted keys, its set-valued settings sorted."""
+    try:
+        config = json.loads(data)
+    except ValueError:
+        return data
+    if not isinstance(config, dict):
+        return data
+    for key in PEFT_SETS:
+        if isinstance(config.get(key), list) and all(isinstance(v, str) for v in config[key]):
+            config[key] = sorted(config[key])
+    return json.dumps(config, sort_keys=True).encode()

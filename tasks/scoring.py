@@ -98,7 +98,7 @@ class TargetHead:
 
 
 @torch.inference_mode()
-def score_examples(
+def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts and plain numbers, as numpy's kernels take them
     model: Any,
     tokenizer: Any,
     examples: Sequence[Example],
@@ -177,7 +177,7 @@ def mean_nll(
     return np.array([s.nll for s in scored], dtype=np.float64)
 
 
-def score_in_context(
+def score_in_context(  # noqa: PLR0913  # score_examples' parameters plus the prefixes
     model: Any,
     tokenizer: Any,
     examples: Sequence[Example],

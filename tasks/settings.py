@@ -87,19 +87,7 @@ def check(value: Any, annotation: Any, where: str) -> Any:
     if annotation is Any:
         return value
     if origin in (Union, types.UnionType):
-        options = [a for a in args if a is not type(None)]
-        if value is None:
-            if len(options) < len(args):
-                return None
-            raise PrivauditorError(f"{where} must not be null")
-        errors = []
-        for option in options:
-            try:
-                return check(value, option, where)
-            except PrivauditorError as error:
-                errors.append(error)
-        names = " or ".join([_name(o) for o in options] + (["null"] if len(options) < len(args) else []))
-        raise PrivauditorError(f"{where} must be {names}, not {value!r}")
+        return _check_union(value, args, where)
     if value is None:
         raise PrivauditorError(f"{where} must be {_name(annotation)}, not null")
     if origin is Literal:
@@ -108,18 +96,42 @@ def check(value: Any, annotation: Any, where: str) -> Any:
         return value
     if dataclasses.is_dataclass(annotation):
         return value if isinstance(value, annotation) else build(annotation, value, where)
-    if origin is tuple:
-        if isinstance(value, str):  # `attacks: loss` is a list of one
-            value = [value]
-        if not isinstance(value, list | tuple):
-            raise PrivauditorError(f"{where} must be a list, not {value!r}")
-        inner = args[0] if args else Any
-        return tuple(check(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (tuple, list):
+        return _check_sequence(value, origin, args[0] if args else Any, where)
     if origin is dict:
         if not isinstance(value, dict):
             raise PrivauditorError(f"{where} must be a mapping, not {value!r}")
         inner = args[1] if len(args) == 2 else Any
         return {str(k): check(v, inner, f"{where}.{k}") for k, v in value.items()}
+    return _check_scalar(value, annotation, where)
+
+
+def _check_union(value: Any, args: tuple[Any, ...], where: str) -> Any:
+    """The first option of ``X | Y | None`` that ``value`` passes (None only where None is an option)."""
+    options = [a for a in args if a is not type(None)]
+    if value is None:
+        if len(options) < len(args):
+            return None
+        raise PrivauditorError(f"{where} must not be null")
+    for option in options:
+        try:
+            return check(value, option, where)
+        except PrivauditorError:
+            continue
+    names = " or ".join([_name(o) for o in options] + (["null"] if len(options) < len(args) else []))
+    raise PrivauditorError(f"{where} must be {names}, not {value!r}")
+
+
+def _check_sequence(value: Any, origin: type, inner: Any, where: str) -> Any:
+    """A tuple (or list, as annotated) of ``inner``; a lone string is a list of one (`attacks: loss`)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        raise PrivauditorError(f"{where} must be a list, not {value!r}")
+    return origin(check(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _check_scalar(value: Any, annotation: Any, where: str) -> Any:
     if annotation is float:
         if type(value) not in (int, float):
             raise PrivauditorError(f"{where} must be a number, not {value!r}")

@@ -108,12 +108,12 @@ class CellSpec:
 
     @property
     def defence_tag(self) -> str:
-        """What the cell id adds to the technique: nothing without a defence, ``+dp-e<ε>`` with DP-SGD
-        (``-nonoise`` for the audit's positive control)."""
-        if self.defence == "none":
-            return ""
-        noise = "" if self.defence_params.get("noise", True) else "-nonoise"
-        return f"+{self.defence}-e{self.defence_params['epsilon']:g}{noise}"
+        """What the cell id adds to the technique: nothing without a defence, else the defence's tag
+        (``+dp-e<ε>`` with DP-SGD)."""
+        from .defences import get_defence
+
+        defence = get_defence(self.defence)
+        return "" if defence is None else defence.tag(self.defence_params)
 
     def attack(self, name: str) -> AttackSpec:
         return next(a for a in self.attacks if a.name == name)
@@ -140,7 +140,7 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
     identity when the caller has read them itself (an audit's two files), instead of the dataset's."""
     from .adaptations import build_adaptation
     from .datasets import dataset_identity
-    from .dp import resolve_dp, unsupported_reason
+    from .defences import get_defence
     from .models import resolve_model, weights_identity
     from .splits import SPLIT_VERSION
     from .training import TRAINER_VERSION
@@ -172,12 +172,13 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
         version=TRAINER_VERSION,
     )
     defence_params = {}
-    if config.defence == "dp":
-        reason = unsupported_reason(technique, resolved_train.workers, resolved_train.deepspeed)
+    defence = get_defence(config.defence)
+    if defence is not None:
+        reason = defence.unsupported_reason(technique, resolved_train.workers, resolved_train.deepspeed)
         if reason:
             raise PrivauditorError(f"cannot run {config.model} × {config.adaptation}: {reason}")
-        defence_params = resolve_dp(
-            config.defence_params.get("dp"), config.split.members + config.split.known_members
+        defence_params = defence.resolve(
+            config.defence_params.get(config.defence), config.split.members + config.split.known_members
         )
     attacks = []
     for name, attack in config.built_attacks().items():
@@ -211,3 +212,10 @@ def setting_of(spec: dict[str, Any]) -> str:
     """The hash of a resolved spec (``CellSpec.to_dict()``) without its seed: what cells of different
     seeds share."""
     return stable_hash({k: v for k, v in spec.items() if k != "seed"}, 16)
+
+
+def technique_of(cell_id: str, adaptation: str) -> str:
+    """The technique as a cell id names it: the adaptation with its defence's tag (``full+dp-e1``). An
+    audit's id (``audit__<model>__<adapter>__<hash>``) names none: the audit's adaptation."""
+    parts = cell_id.split("__")
+    return adaptation if parts[0] == "audit" else parts[1]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,37 +174,44 @@ def warmup_then_constant(warmup: int) -> Any:
     return lambda step: min(1.0, (step + 1) / max(1, warmup))
 
 
+@dataclass(frozen=True)
+class Loop:
+    """How :func:`train` steps, samples and snapshots (the defaults: one process, AdamW, no snapshot).
+
+    At each checkpoint of ``checkpoints`` (epochs; 0: before the first step; fractions fall inside an
+    epoch, :func:`checkpoint_steps`) ``on_checkpoint(epoch, step)`` is called, to snapshot the trainable
+    weights; it must not draw random numbers or change the model's mode. With ``world`` > 1 (data
+    parallel, e.g. DeepSpeed workers) every rank draws the same order and takes its share of each global
+    batch; ``make_step(model, parameters, lr, warmup)`` builds the step function (``LocalStep`` here, a
+    DeepSpeed engine under Ray Train) and the recorded losses are the mean over all ranks' tokens.
+    ``sampler(epoch)`` gives an epoch's batches as lists of example indices, possibly empty (DP-SGD's
+    Poisson sampling, :mod:`privauditor.tasks.defences.dp`; ``steps_per_epoch`` of them); by default each epoch
+    is a seeded permutation cut into batches of the configured size."""
+
+    make_step: Any = LocalStep
+    rank: int = 0
+    world: int = 1
+    checkpoints: Sequence[float] = ()
+    on_checkpoint: Callable[[float, int], None] | None = None
+    sampler: Callable[[int], list[list[int]]] | None = None
+
+
 def train(
     model: Any,
     tokenizer: Any,
     examples: Sequence[Example],
     config: TrainConfig,
     seq2seq: bool,
-    make_step: Any = LocalStep,
-    rank: int = 0,
-    world: int = 1,
-    checkpoints: Sequence[int] = (),
-    on_checkpoint: Any = None,
-    sampler: Any = None,
+    loop: Loop = Loop(),
 ) -> TrainResult:
-    """Train the trainable parameters of ``model`` on ``examples``; returns the loss record.
-
-    At each checkpoint of ``checkpoints`` (epochs; 0: before the first step; fractions fall inside an
-    epoch, :func:`checkpoint_steps`) ``on_checkpoint(epoch, step)`` is called, to snapshot the trainable
-    weights; it must not draw random numbers or change the model's
-    mode. With ``world`` > 1 (data parallel, e.g. DeepSpeed workers) every rank draws the same order and
-    takes its share of each global batch of ``config.batch_size``; ``make_step(model, parameters, lr,
-    warmup)`` builds the step function (``LocalStep`` here, a DeepSpeed engine under Ray Train) and the
-    recorded losses are the mean over all ranks' tokens. ``sampler(epoch)`` gives an epoch's batches as
-    lists of example indices, possibly empty (DP-SGD's Poisson sampling, :mod:`privauditor.tasks.dp`;
-    ``steps_per_epoch`` of them);
-    by default each epoch is a seeded permutation cut into batches of ``config.batch_size``.
-    """
+    """Train the trainable parameters of ``model`` on ``examples`` as ``loop`` says; returns the loss
+    record."""
+    make_step, rank, world, on_checkpoint = loop.make_step, loop.rank, loop.world, loop.on_checkpoint
     assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
     result = TrainResult(epochs=config.epochs, lr=config.lr)
     steps_per_epoch = -(-len(examples) // config.batch_size)
 
-    wanted = checkpoint_steps(checkpoints, steps_per_epoch)
+    wanted = checkpoint_steps(loop.checkpoints, steps_per_epoch)
 
     def snapshot(step: int) -> None:
         if step in wanted:
@@ -233,11 +240,7 @@ def train(
         quiet=rank > 0,
     )
     for epoch in range(config.epochs):
-        if sampler is None:
-            order = torch.randperm(len(data), generator=generator).tolist()
-            batches = [order[s : s + config.batch_size] for s in range(0, len(order), config.batch_size)]
-        else:
-            batches = sampler(epoch)
+        batches = _batches(epoch, len(data), config.batch_size, generator, loop.sampler)
         fallback = next((b[:1] for b in batches if b), [0])  # what an idle rank runs, at weight 0
         epoch_loss = epoch_tokens = 0.0
         for drawn in batches:
@@ -264,6 +267,14 @@ def train(
     result.seconds = round(time.perf_counter() - started, 2)
     model.eval()
     return result
+
+
+def _batches(epoch: int, n: int, size: int, generator: torch.Generator, sampler: Any) -> list[list[int]]:
+    """An epoch's batches: the sampler's, or a seeded permutation of the ``n`` examples cut in ``size``."""
+    if sampler is not None:
+        return sampler(epoch)
+    order = torch.randperm(n, generator=generator).tolist()
+    return [order[s : s + size] for s in range(0, n, size)]
 
 
 @torch.inference_mode()

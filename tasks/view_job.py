@@ -40,7 +40,7 @@ def compute_view(job: ViewJob) -> dict[str, Any]:
     """Rebuild the target and store ``job.view``; returns where and how long (seconds) it ran."""
     from .adapted import load_adapted
     from .counting import install_from_env
-    from .evaluate import Scorer
+    from .scorer import Scorer
 
     install_from_env()  # its passes are counted as the cell's are (benchmarks)
     started = time.perf_counter()

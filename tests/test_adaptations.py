@@ -15,7 +15,7 @@ from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation, chosen_
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.models import FAMILIES
 from privauditor.tasks.snapshots import restore, trainable_state
-from privauditor.tasks.training import TrainConfig, apply_seeded, collate, encode, train
+from privauditor.tasks.training import Loop, TrainConfig, apply_seeded, collate, encode, train
 
 from .helpers import EXAMPLES, fresh_base
 
@@ -90,8 +90,8 @@ def test_technique_contract(family_name, technique, tmp_path, seed):
     config = TrainConfig(epochs=12, lr=lr, batch_size=len(EXAMPLES), seed=seed)
     states = {}
     train(
-        model, tokenizer, EXAMPLES, config, family.seq2seq, checkpoints=range(1, 13),
-        on_checkpoint=lambda epoch, step: states.__setitem__(step, trainable_state(model)),
+        model, tokenizer, EXAMPLES, config, family.seq2seq,
+        Loop(checkpoints=range(1, 13), on_checkpoint=lambda epoch, step: states.__setitem__(step, trainable_state(model))),
     )  # fmt: skip
     lows = []
     for state in states.values():

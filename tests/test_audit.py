@@ -145,3 +145,22 @@ def test_a_bare_hugging_face_id_resolves_from_the_local_hub_cache(tmp_path):
     (scored,) = json.loads(signals.metadata[b"privauditor.view_key"])["models"]
     assert scored["name"] == "gpt2" and scored["weights"] == "revision:main"
     assert scored["dtype"] == "torch.bfloat16"  # the weights were scored as loaded
+
+
+def test_an_adapter_hashes_alike_whatever_order_peft_wrote_its_module_sets(tmp_path):
+    """peft keeps ``target_modules`` as a set and writes it in the order of the process's string hashing:
+    the same adapter saved twice must give one adaptation hash (and one audit id), other changes another."""
+    import json
+
+    from privauditor.tasks.provenance import directory_hash
+
+    config = {"peft_type": "LORA", "r": 8, "target_modules": ["q_proj", "v_proj", "c_fc"]}
+    hashes = []
+    for name, modules, r in (("a", ["q_proj", "v_proj", "c_fc"], 8), ("b", ["c_fc", "q_proj", "v_proj"], 8),
+                             ("c", ["c_fc", "q_proj", "v_proj"], 4)):  # fmt: skip
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "adapter_config.json").write_text(json.dumps(config | {"target_modules": modules, "r": r}))
+        (folder / "adapter_model.safetensors").write_bytes(b"weights")
+        hashes.append(directory_hash(folder))
+    assert hashes[0] == hashes[1] != hashes[2]

@@ -18,11 +18,11 @@ import pytest
 import yaml
 
 from privauditor.orchestrator.board.check import check
-from privauditor.orchestrator.board.merge import SETTING_COLUMNS, cell_rows
+from privauditor.orchestrator.board.merge import cell_rows
 from privauditor.orchestrator.board.records import canonical, content_hash, from_results, record_key
 from privauditor.orchestrator.board.store import Store
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.leaderboard import COLUMNS, TPR_COLUMNS
+from privauditor.orchestrator.row_schema import TPR_COLUMNS, columns, setting_columns
 
 from .test_publish import canary_file, leaks
 
@@ -81,7 +81,7 @@ def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_pat
         assert all(set(TPR_COLUMNS) <= set(m) for m in r["attacks"].values())
     # one schema: the board's cell rows of one run are that results folder's leaderboard rows
     folder_rows = pq.read_table(runs / "a" / "leaderboard.parquet").to_pylist()
-    assert [{c: r[c] for c in COLUMNS} for r in cell_rows(records_a)] == sorted(
+    assert [{c: r[c] for c in columns()} for r in cell_rows(records_a)] == sorted(
         folder_rows, key=lambda r: (r["cell_id"], r["step"], r["attack"])
     )
     before = snapshot(store)
@@ -95,8 +95,8 @@ def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_pat
     assert main(["board", "build", str(store), "--out", str(site)]) == 0
 
     settings = pq.read_table(site / "settings.parquet")
-    assert settings.column_names == SETTING_COLUMNS
-    assert pq.read_table(site / "leaderboard.parquet").column_names == COLUMNS
+    assert settings.column_names == setting_columns()
+    assert pq.read_table(site / "leaderboard.parquet").column_names == columns()
     cells = {
         (r["cell_id"], r["epoch"], r["attack"]): r
         for r in pq.read_table(site / "leaderboard.parquet").to_pylist()
@@ -115,6 +115,42 @@ def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_pat
 
     assert leaks(store) == [] and leaks(site) == []  # the members' canaries are in no stored or shown byte
     assert leaks(runs / "a" / "shared")  # ...though the results folders hold them
+
+
+@pytest.fixture
+def scored_column(monkeypatch):
+    """A column added in the one place columns are defined, the row schema: texts an attack scored."""
+    from privauditor.orchestrator import row_schema
+
+    column = row_schema.Column(
+        "n_scored", lambda s: s.metrics["n_members"] + s.metrics["n_nonmembers"], "int", "attack"
+    )
+    monkeypatch.setattr(row_schema, "ROW", [*row_schema.ROW, column])
+    return column.name
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_column_added_to_the_row_schema_reaches_parquet_board_record_and_setting_rows(
+    runs, tmp_path, scored_column
+):
+    import pyarrow as pa
+
+    from privauditor.orchestrator.board.merge import setting_rows
+    from privauditor.orchestrator.board.records import problems
+    from privauditor.orchestrator.leaderboard import build
+
+    folder = shutil.copytree(runs / "a", tmp_path / "a")
+    build(folder)
+    table = pq.read_table(folder / "leaderboard.parquet")
+    assert table.column_names[-1] == scored_column and table.schema.field(scored_column).type == pa.int64()
+    assert all(r[scored_column] == r["n_members"] + r["n_nonmembers"] == 16 for r in table.to_pylist())
+    records = from_results(folder)
+    assert records and all(problems(r) == [] for r in records)
+    assert all(m[scored_column] == 16 for r in records for m in r["attacks"].values())
+    settings = setting_rows(cell_rows(records))
+    assert settings and all(s[scored_column] == 16 for s in settings)
+    assert setting_columns()[-1] == scored_column
 
 
 @pytest.mark.ray

@@ -33,10 +33,10 @@ def record(run: str, model: str, adaptation: str, auc: float, seed: int = 0, ste
     cell_id = f"{model}__{adaptation}{'+dp-e8' if dp else ''}__d__s{seed}__{stable_hash(spec, 8)}"
 
     def attack(value: float, access: str) -> dict:
-        return dict.fromkeys(rec.ATTACK_FIELDS) | {"access": access, "auc": value, "auc_ci_low": value - 0.1,
+        return dict.fromkeys(rec.attack_fields()) | {"access": access, "auc": value, "auc_ci_low": value - 0.1,
                                                    "auc_ci_high": value + 0.1, "n_members": 50, "n_nonmembers": 50}  # fmt: skip
 
-    found = dict.fromkeys(rec.FIELDS) | {
+    found = dict.fromkeys(rec.fields()) | {
         "format": rec.FORMAT, "schema_version": rec.SCHEMA_VERSION, "run": run, "cell_id": cell_id,
         "setting": rec.setting_of(spec), "model": model, "adaptation": adaptation, "dataset": "d", "seed": seed,
         "defence": defence, "epoch": step / 10, "step": step, "trainable_fraction": 0.01, "utility_loss": 3.0, "best": True, "supersedes": [],
@@ -139,11 +139,11 @@ def test_a_change_of_order_is_news_only_when_the_battery_separates_it():
     assert [m["technique"] for m in changes(before, now)["ranks"]["moved"]] == ["b", "c"]
 
 
-def test_schema_1_records_are_still_read(tmp_path):
+def test_schema_1_records_are_still_read_and_a_mixed_store_says_so(tmp_path, capsys):
     old = []
     for r in block("old-run", "m", {"lora": 0.7}):
-        r = {k: v for k, v in r.items() if k in rec.FIELDS_V1} | {"schema_version": 1}
-        r["attacks"] = {a: {k: m[k] for k in rec.ATTACK_FIELDS_V1} for a, m in r["attacks"].items()}
+        r = {k: v for k, v in r.items() if k in rec.fields(1)} | {"schema_version": 1}
+        r["attacks"] = {a: {k: m[k] for k in rec.attack_fields(1)} for a, m in r["attacks"].items()}
         old.append(
             r | {"key": rec.record_key_v1(r["provenance"]["spec"], r["run"], r["cell_id"], r["epoch"])}
         )
@@ -156,6 +156,12 @@ def test_schema_1_records_are_still_read(tmp_path):
         r["trainable_fraction"] is None and r["attacks"]["loss"]["tpr_at_0fp"] is None for r in records
     )
     assert main(["board", "build", str(store), "--out", str(tmp_path / "site")]) == 0
+    new = block("new-run", "m", {"lora": 0.7})
+    mixed = store_of(tmp_path / "mixed", old + new)
+    capsys.readouterr()
+    assert main(["board", "check", str(mixed)]) == 0
+    expected = f"mixed record schema versions: {len(old)} of version 1, {len(new)} of version 2"
+    assert expected in capsys.readouterr().out
     keyed_by_step = old[0] | {
         "key": record_key(old[0]["provenance"]["spec"], "old-run", old[0]["cell_id"], 20)
     }

@@ -45,7 +45,7 @@ def test_sweep_help_and_listing_name_every_shipped_sweep(capsys):
 
 
 def test_listings_fit_a_terminal_and_say_what_they_show(capsys):
-    for what in ("attacks", "sweeps"):
+    for what in ("attacks", "sweeps", "defences"):
         assert main(["ls", what]) == 0
         assert max(len(line) for line in capsys.readouterr().out.splitlines()) <= 100, what
     assert main(["ls", "models"]) == 0

@@ -13,7 +13,7 @@ from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.sweep import parse_sweep
 from privauditor.tasks.config import SplitConfig, cell_config
 from privauditor.tasks.datasets import load_dataset
-from privauditor.tasks.dp import Privacy, noise_multiplier, rdp_epsilon, spent_epsilon
+from privauditor.tasks.defences.dp import Privacy, noise_multiplier, rdp_epsilon, spent_epsilon
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.lower_bound import cp_upper, epsilon_bound
 from privauditor.tasks.splits import draw_split

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from privauditor.orchestrator import exports
-from privauditor.orchestrator.leaderboard import COLUMNS
+from privauditor.orchestrator.row_schema import columns
 
 #: The rules of Every Eval Ever's aggregate record (version 0.3.0) that these exports must meet, stated here
 #: as a JSON schema of our own from the format's published schema (https://github.com/evaleval/every_eval_ever,
@@ -75,7 +75,7 @@ CELL = "tiny-gpt2__lora__sql__s0__b6b39d6a"
 
 def row(cell_id=CELL, attack="loss", epoch=3.0, **changes):
     """A leaderboard row (every column) of a LoRA cell on the built-in ``sql`` dataset."""
-    found = dict.fromkeys(COLUMNS)
+    found = dict.fromkeys(columns())
     found |= {
         "cell_id": cell_id, "model": "tiny-gpt2", "adaptation": "lora", "dataset": "sql", "seed": 0,
         "epoch": epoch, "step": None if epoch is None else int(3 * epoch), "best": epoch == 3.0,

@@ -13,8 +13,8 @@ from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import SplitConfig, cell_config
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.evaluate import Scorer
 from privauditor.tasks.models import load_model
+from privauditor.tasks.scorer import Scorer
 from privauditor.tasks.scoring import score_examples
 from privauditor.tasks.splits import draw_split
 

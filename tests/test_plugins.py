@@ -39,18 +39,57 @@ class WorstTokenAttack(Attack):
 '''
 
 
-def installed_package(site: Path) -> None:
-    """A throw-away distribution on ``site``: a module and its ``privauditor.attacks`` entry point, as
-    ``pip install`` would leave them (``*.dist-info`` with ``entry_points.txt``)."""
+TOY_DEFENCE = '''
+"""``step_log``: trains as without a defence, through its own step function, and records the steps it
+took (a toy defence: its settings, tag, hooks and record are a defence plugin's whole surface)."""
+
+from dataclasses import dataclass
+
+from privauditor.tasks.defences import DEFENCES, Defence, Guard
+from privauditor.tasks.training import LocalStep
+
+
+@dataclass(frozen=True)
+class StepLogSettings:
+    every: int = 1
+
+
+@DEFENCES.register("step_log")
+class StepLog(Defence):
+    name = "step_log"
+    settings = StepLogSettings
+
+    def tag(self, resolved):
+        return f"+steplog{resolved['every']}"
+
+    def guard(self, resolved, run):
+        taken = []
+
+        def make_step(model, parameters, lr, warmup):
+            step = LocalStep(model, parameters, lr, warmup)
+
+            def logged(batch, weight):
+                taken.append(len(batch["input_ids"]))
+                return step(batch, weight)
+
+            return logged
+
+        return Guard(loop={"make_step": make_step},
+                     record=lambda steps: {"name": "step_log", "steps": steps, "rows": taken[:: resolved["every"]]})
+'''
+
+
+def installed_package(site: Path, module: str = "worst_token", source: str = TOY_ATTACK,
+                      group: str = "privauditor.attacks") -> None:  # fmt: skip
+    """A throw-away distribution on ``site``: one module and its entry point in ``group``, as ``pip
+    install`` would leave them (``*.dist-info`` with ``entry_points.txt``)."""
     (site / "privauditor_toy").mkdir(parents=True)
     (site / "privauditor_toy" / "__init__.py").write_text("")
-    (site / "privauditor_toy" / "worst_token.py").write_text(TOY_ATTACK)
+    (site / "privauditor_toy" / f"{module}.py").write_text(source)
     info = site / "privauditor_toy-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: privauditor-toy\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[privauditor.attacks]\nworst_token = privauditor_toy.worst_token\n"
-    )
+    (info / "entry_points.txt").write_text(f"[{group}]\n{module} = privauditor_toy.{module}\n")
 
 
 def fingerprint(folder: Path) -> str:
@@ -86,6 +125,41 @@ def test_an_attack_from_another_installed_package_runs_in_a_cell(tmp_path):
     assert toy == [float(np.min(lp)) for lp in signals.column("logp").to_pylist()]
     # nothing of privauditor was edited, and this process never saw the plugin
     assert "worst_token" not in ATTACKS.names() and fingerprint(tasks) == before
+
+
+def test_a_defence_from_another_installed_package_trains_a_cell_through_its_hooks(tmp_path):
+    """A defence is one file: registered through an entry point, its settings checked, its tag in the cell
+    id, its step function the one that trains, its record in ``cell.json``."""
+    site, out = tmp_path / "site", tmp_path / "results"
+    installed_package(site, "step_log", TOY_DEFENCE, "privauditor.defences")
+    sizes = "split={members: 8, nonmembers: 8, validation: 4}"
+    script = textwrap.dedent(f"""
+        import sys
+        from privauditor.orchestrator.cli import main
+        cell = ["cell", "--model", "tiny-gpt2", "--adaptation", "head", "--dataset", "finance", "--out", {str(out)!r},
+                "--set", {sizes!r}, "--set", "attacks=[loss]", "--set", "train.epochs=2", "--set", "train.batch_size=4",
+                "--set", "defence=step_log", "--set", "defence_params.step_log.every=2"]
+        if main([*cell[:-2], "--set", "defence_params.step_log.every=two"]) != 2:
+            sys.exit("a setting of the wrong type was accepted")
+        sys.exit(main(cell))
+    """)
+    env = os.environ | {"PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "defence_params.step_log.every must be int" in done.stderr
+    (cell_dir,) = (out / "cells").iterdir()
+    assert cell_dir.name.startswith("tiny-gpt2__head+steplog2__finance__s0__")
+    record = json.loads((cell_dir / "cell.json").read_text())
+    assert record["config"]["defence_params"] == {"every": 2, "version": 1}
+    # 8 members in batches of 4 for 2 epochs: 4 steps, each through the plugin's step; every 2nd logged
+    assert record["train"]["steps"] == 4 and record["defence"] == {
+        "name": "step_log",
+        "steps": 4,
+        "rows": [4, 4],
+    }
+    assert "loss" in json.loads((cell_dir / "metrics.json").read_text())
 
 
 def test_a_family_declares_transposed_linear_layers_exactly_when_its_model_has_them():

@@ -8,10 +8,10 @@ import json
 import pyarrow.parquet as pq
 
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.leaderboard import COLUMNS
+from privauditor.orchestrator.row_schema import columns
 from privauditor.orchestrator.sweep import WandbSettings
 from privauditor.orchestrator.tracking import log_cell, log_leaderboard
-from privauditor.tasks.cell import checkpoint_results
+from privauditor.tasks.results import checkpoint_results
 
 CANARY = "QZXV{:03d}CANARY"
 
@@ -66,7 +66,7 @@ def test_published_folder_and_wandb_files_hold_no_sample_text(tmp_path, monkeypa
     assert leaks(public) == [] and leaks(out / "wandb") == []
     assert leaks(out, b"SECRET-0123456789abcdef") == [] and leaks(public, b"SECRET-0123456789abcdef") == []
     table = pq.read_table(public / "leaderboard.parquet")
-    assert table.column_names == COLUMNS and table.num_rows == 3
+    assert table.column_names == columns() and table.num_rows == 3
     provenance = json.loads((public / "provenance.json").read_text())["cells"][cell_dir.name]
     assert "runtime" not in provenance and provenance["provenance"]["split"]
 

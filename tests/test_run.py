@@ -12,11 +12,11 @@ import yaml
 
 from privauditor.orchestrator.calibrate import finished_cells
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.leaderboard import COLUMNS
 from privauditor.orchestrator.plan import tokens_for
+from privauditor.orchestrator.row_schema import columns
 from privauditor.orchestrator.shapes import shape_of
 from privauditor.orchestrator.work import cell_work
-from privauditor.tasks.attack_job import attack_job
+from privauditor.tasks.attack_job import AttackJob, attack_job
 from privauditor.tasks.spec import CellSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -66,7 +66,7 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     done = sorted(p.parent.name for p in (out / "cells").glob("*/DONE"))
     assert len(done) == 2
     table = pq.read_table(out / "leaderboard.parquet")
-    assert table.column_names == COLUMNS and table.num_rows == 2 * 4
+    assert table.column_names == columns() and table.num_rows == 2 * 4
     for suffix in ("csv", "md", "html"):
         assert (out / f"leaderboard.{suffix}").stat().st_size > 0
     assert '<table class="sortable">' in (out / "leaderboard.html").read_text()
@@ -80,7 +80,9 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     for attack in spec.attacks:
         files = {role: str(out / path) for role, path in record["views"][attack.name].items()}
         signals = str(cell_dir / "signals.parquet")
-        _, again = attack_job(attack.name, attack.params, signals, files, spec.score.bootstrap, spec.seed)
+        _, again = attack_job(
+            AttackJob(attack.name, attack.params, signals, files, spec.score.bootstrap, spec.seed)
+        )
         assert (
             again["auc"] == metrics[attack.name]["auc"] and again["auc_ci"] == metrics[attack.name]["auc_ci"]
         )

@@ -167,8 +167,8 @@ def test_attack_job_reads_signals_without_torch_or_pandas(tmp_path):
     assert read_table(tmp_path / "signals.parquet").equals(pq.read_table(tmp_path / "signals.parquet"), True)
     signals = str(tmp_path / "signals.parquet")
     code = (
-        "import sys; from privauditor.tasks.attack_job import attack_job;"
-        f"scores, metrics = attack_job('loss', {{}}, {signals!r}, {{'signals': {signals!r}}}, 10, 0);"
+        "import sys; from privauditor.tasks.attack_job import AttackJob, attack_job;"
+        f"scores, metrics = attack_job(AttackJob('loss', {{}}, {signals!r}, {{'signals': {signals!r}}}, 10, 0));"
         "print(len(scores), 'auc' in metrics, 'torch' in sys.modules, 'pandas' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

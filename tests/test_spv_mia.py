@@ -17,6 +17,7 @@ from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.datasets import Example, load_dataset
 from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.scorer import Scorer
 from privauditor.tasks.scoring import mean_nll
 from privauditor.tasks.signals import Signals
 from privauditor.tasks.splits import draw_split
@@ -92,7 +93,9 @@ def test_self_prompt_texts_continue_the_population_records_prompts(family_name):
 
     def texts(seed):
         with seeded(model):
-            return self_prompted_texts(model, tokenizer, family.seq2seq, population, 4, 24, 4, seed)
+            return self_prompted_texts(
+                Scorer(model, tokenizer, family.seq2seq, None), population, 4, 24, 4, seed
+            )
 
     written = texts(0)
     assert [e.sample_id for e in written] == [e.sample_id for e in population]
@@ -145,7 +148,9 @@ def test_ls_attacks_lists_spv_mia_with_its_access_cost_and_checkpoint():
 
     table = attacks_listing().split("\n\n")[0]  # the hyper-parameter listing below also names spv_mia
     (row,) = [line for line in table.splitlines() if line.startswith("spv_mia")]
-    assert "reference" in row and "23.5 fwd + 1 bwd (+10 shared fwd)" in row and row.rstrip().endswith(" last")
+    assert (
+        "reference" in row and "23.5 fwd + 1 bwd (+10 shared fwd)" in row and row.rstrip().endswith(" last")
+    )
     spv, neighbourhood = build_attack("spv_mia"), build_attack("neighbourhood")
     assert not spv.cheap and not spv.runs_at(1, 2, 1) and spv.runs_at(2, 2, 1)  # never at an earlier best
     assert neighbourhood.runs_at(1, 2, 1) and not neighbourhood.runs_at(0, 2, 1)

@@ -73,6 +73,21 @@ def check(store: Store) -> tuple[list[dict[str, Any]], list[str]]:
     return records, found + control_problems(records)
 
 
+def versions_line(records: list[dict[str, Any]]) -> str | None:
+    """A line saying how a store mixes record schema versions (None: one version throughout). An older
+    version's records are read, never dropped: the columns added since are empty in them."""
+    from .records import SCHEMA_VERSION
+
+    counts: dict[int, int] = {}
+    for r in records:
+        counts[r["schema_version"]] = counts.get(r["schema_version"], 0) + 1
+    if len(counts) < 2:
+        return None
+    parts = ", ".join(f"{n} of version {v}" for v, n in sorted(counts.items()))
+    return (f"mixed record schema versions: {parts}; records before version {SCHEMA_VERSION} are read with "
+            "the columns added since empty")  # fmt: skip
+
+
 def valid_records(store: Store) -> list[dict[str, Any]]:
     """Every record, or a one-line error naming the first problem and how many there are."""
     records, found = check(store)

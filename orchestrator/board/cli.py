@@ -15,7 +15,7 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .check import check
+    from .check import check, versions_line
     from .store import Store
 
     store = Store(args.store)
@@ -23,6 +23,9 @@ def _check(args: argparse.Namespace) -> int:
     for line in found:
         print(line, file=sys.stderr)
     print(f"{args.store}: {len(records)} valid records, {len(found)} problems")
+    mixed = versions_line(records)
+    if mixed:
+        print(mixed)
     return 1 if found else 0
 
 

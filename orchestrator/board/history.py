@@ -124,7 +124,7 @@ def _wandb(
     import pyarrow.parquet as pq
     import wandb
 
-    from .merge import SETTING_COLUMNS
+    from ..row_schema import setting_columns
 
     mode = os.environ.get("WANDB_MODE") or "offline"
     if mode == "disabled":
@@ -135,7 +135,7 @@ def _wandb(
     run.log(
         {
             "board": wandb.Table(
-                columns=SETTING_COLUMNS, data=[[r[c] for c in SETTING_COLUMNS] for r in settings]
+                columns=setting_columns(), data=[[r[c] for c in setting_columns()] for r in settings]
             )
         }
     )

@@ -1,6 +1,6 @@
 """Merging records of many runs into the board's two tables.
 
-- **Cell rows** (the leaderboard's own columns, :data:`privauditor.orchestrator.leaderboard.COLUMNS`, and
+- **Cell rows** (the leaderboard's own columns, :func:`privauditor.orchestrator.row_schema.columns`, and
   ``replicas_agree``): one per (cell, checkpoint step, attack). Records of one cell id from several runs
   are *replicas* of the same settings and seed, not extra samples; ``runs`` counts them. Their point
   figures (AUC, TPRs, utility, timings) are averaged by :func:`mean_row`; every interval and bound
@@ -8,7 +8,7 @@
   the ε bound, its ceiling and the DP-violation flag) is never averaged: it is the replica's of the run
   id that sorts first. ``replicas_agree`` is False where the replicas' AUCs differ (non-deterministic
   code, or a changed environment): then the shown AUC is their mean and the intervals are one run's.
-- **Setting rows** (:data:`SETTING_COLUMNS`): one per (setting, checkpoint step, attack), over the seeds
+- **Setting rows** (:func:`~privauditor.orchestrator.row_schema.setting_columns`): one per (setting, checkpoint step, attack), over the seeds
   of a setting (cells whose specs differ only in the seed). ``auc`` is the mean over seeds; with two
   seeds or more ``auc_ci_low/high`` is the t-interval of that mean (``ci_over`` = ``seeds``), with one it
   is the cell's own bootstrap CI over samples (``ci_over`` = ``samples``): recomputed, never averaged.
@@ -30,18 +30,12 @@ from typing import Any
 
 from privauditor.orchestrator.summary import technique
 
-from .records import TPR_FIELDS, rows_of
+from ..row_schema import TPR_COLUMNS, setting_columns
+from .records import rows_of
 
-SETTING_COLUMNS = [
-    "setting", "model", "technique", "adaptation", "dataset", "defence", "epsilon_target", "epoch", "step",
-    "last", "attack", "access", "n_seeds", "seeds", "runs", "auc", "auc_std", "auc_ci_low", "auc_ci_high",
-    "ci_over", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members", "n_nonmembers", "utility_loss",
-    "epsilon", "eps_lower", "eps_bounded", "eps_ceiling", "dp_violation", "trainable_params",
-    "trainable_fraction", "train_seconds", "replicas_agree", "cells",
-]  # fmt: skip
 #: figures computed from the per-sample scores as intervals or bounds: one replica's, never a mean
 PER_SAMPLE_BOUNDS = (
-    "auc_ci_low", "auc_ci_high", *(f for f in TPR_FIELDS if f != "tpr_at_0fp"), "eps_lower", "eps_ceiling",
+    "auc_ci_low", "auc_ci_high", *(f for f in TPR_COLUMNS if f != "tpr_at_0fp"), "eps_lower", "eps_ceiling",
     "dp_violation",
 )  # fmt: skip
 #: in a mean, a missing value of these is this number (``eps_lower`` None: the trivial bound ε ≥ 0)
@@ -125,7 +119,7 @@ def setting_rows(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups[(row["setting"], _step(row), row["attack"])].append(row)
         if row["step"] is not None:
             last[row["setting"]] = max(last.get(row["setting"], row["step"]), row["step"])
-    found = []
+    found, names = [], setting_columns()
     for (setting, step, _), rows in groups.items():
         merged = mean_row(rows) | _interval([r["auc"] for r in rows], rows[0])
         merged |= {
@@ -135,5 +129,5 @@ def setting_rows(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "replicas_agree": all(r.get("replicas_agree", True) for r in rows),
             "cells": " ".join(sorted(r["cell_id"] for r in rows)),
         }  # fmt: skip
-        found.append({c: merged.get(c) for c in SETTING_COLUMNS})
+        found.append({c: merged.get(c) for c in names})
     return sorted(found, key=lambda r: (r["model"], r["dataset"], r["technique"], r["step"] or 0, -r["auc"]))

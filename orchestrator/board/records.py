@@ -13,7 +13,7 @@ hashes the spec without its seed, so cells that differ only in seed share a sett
 aggregates them), and cells with the same id from different runs are replicas of one sample.
 
 Schema versions: 2 (written) adds ``trainable_fraction`` and the low-FPR fields of
-:data:`privauditor.orchestrator.leaderboard.TPR_COLUMNS` and keys by step. A schema-1 record (keyed by
+:data:`privauditor.orchestrator.row_schema.TPR_COLUMNS` and keys by step. A schema-1 record (keyed by
 epoch) is still read: :func:`problems` checks it against its own fields and its key with the epoch
 rule, and :func:`upgrade` fills the newer fields with ``None`` in memory; its stored bytes and key stay.
 """
@@ -30,28 +30,12 @@ from privauditor.tasks.cache import stable_hash
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.spec import setting_of
 
-from ..leaderboard import TPR_COLUMNS
+from ..row_schema import columns, record_fields
 
 FORMAT = "privauditor-board-record"
 SCHEMA_VERSION = 2
-#: schema 1's fields (what :func:`upgrade` fills in for a record of that version)
-FIELDS_V1 = (
-    "format", "schema_version", "key", "run", "cell_id", "setting", "model", "adaptation", "dataset",
-    "seed", "defence", "epsilon_target", "epoch", "step", "best", "utility_loss", "epsilon",
-    "trainable_params", "train_seconds", "attacks", "provenance", "supersedes",
-)  # fmt: skip
-ATTACK_FIELDS_V1 = (
-    "access", "auc", "auc_ci_low", "auc_ci_high", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members",
-    "n_nonmembers", "delta", "eps_lower", "eps_ceiling", "dp_violation", "auc_repeated_vs_singleton",
-)  # fmt: skip
-#: the low-FPR fields: the leaderboard's columns of them
-TPR_FIELDS = tuple(TPR_COLUMNS)
-#: a record's fields (every one present; ``None`` where it does not apply)
-FIELDS = (*FIELDS_V1[:-4], "trainable_fraction", *FIELDS_V1[-4:])
-#: per attack
-ATTACK_FIELDS = (*ATTACK_FIELDS_V1, *TPR_FIELDS)
-#: the versions this privauditor reads: version -> (fields, attack fields)
-SCHEMAS = {1: (FIELDS_V1, ATTACK_FIELDS_V1), 2: (FIELDS, ATTACK_FIELDS)}
+#: the versions this privauditor reads: a record of an earlier one lacks the columns added since
+VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
 PROVENANCE_FIELDS = (
     "versions", "results_format", "spec", "split", "adaptation_hash", "hardware", "timings", "train",
     "defence",
@@ -61,6 +45,18 @@ PER_SAMPLE = {
     "sample_id", "sample_ids", "ids", "token_ids", "logp", "mu", "sigma", "score", "scores", "text",
     "texts", "prompt", "target", "roc", "neighbours",
 }  # fmt: skip
+
+
+def fields(version: int = SCHEMA_VERSION) -> tuple[str, ...]:
+    """A record's fields in schema ``version`` (every one present; ``None`` where it does not apply): the
+    row schema's cell-level columns of that version, between the record's own."""
+    return ("format", "schema_version", "key", "run", *record_fields("cell", version), "attacks", "provenance",
+            "supersedes")  # fmt: skip
+
+
+def attack_fields(version: int = SCHEMA_VERSION) -> tuple[str, ...]:
+    """Per attack, in schema ``version``: the row schema's attack-level columns of that version."""
+    return record_fields("attack", version)
 
 
 def canonical(record: dict[str, Any]) -> bytes:
@@ -109,10 +105,9 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     none); its ``schema_version`` and ``key`` stay as stored."""
     if record["schema_version"] == SCHEMA_VERSION:
         return record
-    attacks = {
-        name: {k: metrics.get(k) for k in ATTACK_FIELDS} for name, metrics in record["attacks"].items()
-    }
-    return {k: record.get(k) for k in FIELDS} | {"attacks": attacks}
+    per_attack = attack_fields()
+    attacks = {name: {k: metrics.get(k) for k in per_attack} for name, metrics in record["attacks"].items()}
+    return {k: record.get(k) for k in fields()} | {"attacks": attacks}
 
 
 def run_id(results: Any) -> str:
@@ -136,7 +131,7 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     ``supersedes`` maps (model, technique, dataset, seed, step) to the key of a record these replace."""
     from privauditor.orchestrator.leaderboard import rows
     from privauditor.orchestrator.storage import Results
-    from privauditor.tasks.cell import check_results_dir
+    from privauditor.tasks.results import check_results_dir
 
     results = Results.at(location)
     if not results.remote and not (results.local / "cells").is_dir():
@@ -170,8 +165,8 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
 def _record(run: str, cell: dict[str, Any], checkpoint: dict[str, Any], found: list[dict]) -> dict[str, Any]:
     first, spec = found[0], cell["config"]
     record = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "run": run, "setting": setting_of(spec)}
-    record |= {k: first[k] for k in FIELDS if k in first}
-    record["attacks"] = {r["attack"]: {k: r[k] for k in ATTACK_FIELDS} for r in found}
+    record |= {k: first[k] for k in fields() if k in first}
+    record["attacks"] = {r["attack"]: {k: r[k] for k in attack_fields()} for r in found}
     record["provenance"] = {
         "versions": cell.get("versions", {}),
         "results_format": cell["provenance"].get("results_format"),
@@ -190,19 +185,20 @@ def _record(run: str, cell: dict[str, Any], checkpoint: dict[str, Any], found: l
 def identity(record: dict[str, Any]) -> tuple:
     """What a correction must share with the record it supersedes: the same cell at the same step (of
     either schema version), up to the settings a fix may change."""
-    technique = record["cell_id"].split("__")[1]
+    from privauditor.tasks.spec import technique_of
+
+    technique = technique_of(record["cell_id"], record["adaptation"])
     return (record["model"], technique, record["dataset"], record["seed"], record["step"])
 
 
 def rows_of(record: dict[str, Any], runs: int = 1) -> list[dict[str, Any]]:
     """The record (of any readable version) as leaderboard rows
-    (:data:`privauditor.orchestrator.leaderboard.COLUMNS`)."""
-    from privauditor.orchestrator.leaderboard import COLUMNS
-
+    (:func:`privauditor.orchestrator.row_schema.columns`)."""
+    names = columns()
     record = upgrade(record)
-    cell = {k: record[k] for k in FIELDS if k in COLUMNS} | {"runs": runs}
+    cell = {k: record[k] for k in fields() if k in names} | {"runs": runs}
     return [
-        {c: ({"attack": attack} | cell | metrics).get(c) for c in COLUMNS}
+        {c: ({"attack": attack} | cell | metrics).get(c) for c in names}
         for attack, metrics in sorted(record["attacks"].items())
     ]
 
@@ -213,19 +209,18 @@ def problems(record: Any, path: str = "") -> list[str]:
     if not isinstance(record, dict):
         return [f"{where}a record is a JSON object"]
     version = record.get("schema_version")
-    if record.get("format") != FORMAT or version not in SCHEMAS or isinstance(version, bool):
+    if record.get("format") != FORMAT or version not in VERSIONS or isinstance(version, bool):
         return [
             f"{where}schema {record.get('format')!r} version {version!r} is not {FORMAT!r} version "
-            f"{' or '.join(map(str, SCHEMAS))}, the ones this privauditor reads"
+            f"{' or '.join(map(str, VERSIONS))}, the ones this privauditor reads"
         ]
-    fields, attack_fields = SCHEMAS[version]
-    found = _fields(record, fields, where, "")
+    found = _fields(record, fields(version), where, "")
     attacks = record.get("attacks")
     if not isinstance(attacks, dict) or not attacks:
         found.append(f"{where}no attack results")
     else:
         for name, metrics in attacks.items():
-            found += _fields(metrics, attack_fields, where, f"attacks.{name}.")
+            found += _fields(metrics, attack_fields(version), where, f"attacks.{name}.")
             auc = metrics.get("auc") if isinstance(metrics, dict) else None
             if not isinstance(auc, int | float) or not 0 <= auc <= 1:
                 found.append(f"{where}attacks.{name}.auc is {auc!r}, not a number in [0, 1]")

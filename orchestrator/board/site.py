@@ -40,9 +40,10 @@ from privauditor.orchestrator.leaderboard import write
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.spec import slug
 
+from ..row_schema import arrow_schema, setting_columns
 from .check import valid_records
 from .history import changes, manifests, summary
-from .merge import SETTING_COLUMNS, cell_rows, setting_rows
+from .merge import cell_rows, setting_rows
 from .ranked import block_values, fraction_of, fractions, load_hypothesis, rank, registration_of
 from .store import Store
 from .techniques import CD_PICTURE, diagram_title, moves_html, section
@@ -238,14 +239,4 @@ def _tables(folder: Path, settings: list[dict[str, Any]]) -> None:
 
 
 def _schema():
-    import pyarrow as pa
-
-    ints = ("step", "n_seeds", "runs", "n_members", "n_nonmembers", "trainable_params", "eps_bounded")
-    types = dict.fromkeys(ints, pa.int64()) | dict.fromkeys(
-        ("last", "dp_violation", "replicas_agree"), pa.bool_()
-    )
-    floats = ("epsilon_target", "epoch", "auc", "auc_std", "auc_ci_low", "auc_ci_high", "tpr_at_0.1pct_fpr",
-              "tpr_at_1pct_fpr", "utility_loss", "epsilon", "eps_lower", "eps_ceiling", "trainable_fraction",
-              "train_seconds")  # fmt: skip
-    types |= dict.fromkeys(floats, pa.float64())
-    return pa.schema([(c, types.get(c, pa.string())) for c in SETTING_COLUMNS])
+    return arrow_schema(setting_columns())

@@ -161,36 +161,19 @@ def build_examples(
         if isinstance(row, BadRow):
             report.drop(row.reason, locator)
             continue
-        if plugin is None and "messages" in row:  # a chat record (see chat_fields)
-            try:
-                row = {"id": row.get("id")} | chat_fields(row["messages"])
-            except ValueError as error:
-                report.drop(str(error), locator)
-                continue
         try:
-            record = {k: _clean(v) for k, v in (plugin.map_columns(row) if plugin else row).items()}
-        except UnicodeError:
-            report.drop("not valid UTF-8", locator)
+            record = _mapped(row, plugin)
+        except _Dropped as dropped:
+            report.drop(str(dropped), locator)
             continue
         sample_id = record.get("id") or locator.replace(" ", "-")
         where = f"id {record['id']}" if record.get("id") else locator
-        needed = plugin.fields if plugin else (("text",) if "text" in record else ("prompt", "target"))
-        missing = [f for f in needed if record.get(f) is None]
-        if missing:
-            report.drop(f"missing field {'/'.join(missing)}", where)
+        try:
+            prompt, target = _prompt_target(record, plugin)
+        except _Dropped as dropped:
+            report.drop(str(dropped), where)
             continue
-        if all(not (record.get(f) or "").strip() for f in needed):
-            report.drop("empty", where)
-            continue
-        if plugin:
-            prompt, target = plugin.render(record)
-        elif "text" in needed:
-            prompt, target = "", record["text"]
-        else:
-            prompt, target = record["prompt"], record["target"]
-        if not target.strip():
-            report.drop("empty", where)
-        elif len(prompt) + len(target) > max_chars:
+        if len(prompt) + len(target) > max_chars:
             report.drop(f"over {max_chars} characters", where)
         elif sample_id in seen_ids:
             report.drop("duplicate id", where)
@@ -201,6 +184,43 @@ def build_examples(
             seen_text.add(prompt + target)
             examples.append(Example(sample_id=sample_id, prompt=prompt, target=target))
     return examples, report
+
+
+class _Dropped(Exception):
+    """Why a row is left out (its message is the report's reason)."""
+
+
+def _mapped(row: Mapping[str, Any], plugin: DatasetPlugin | None) -> dict[str, Any]:
+    """The row as a record of the plugin's schema (a user's chat record as prompt + target), cleaned."""
+    if plugin is None and "messages" in row:  # a chat record (see chat_fields)
+        try:
+            row = {"id": row.get("id")} | chat_fields(row["messages"])
+        except ValueError as error:
+            raise _Dropped(str(error)) from None
+    try:
+        return {k: _clean(v) for k, v in (plugin.map_columns(row) if plugin else row).items()}
+    except UnicodeError:
+        raise _Dropped("not valid UTF-8") from None
+
+
+def _prompt_target(record: dict[str, Any], plugin: DatasetPlugin | None) -> tuple[str, str]:
+    """The record's (prompt, target): the plugin's rendering, a ``text`` column as the target alone, or
+    its ``prompt`` and ``target``."""
+    needed = plugin.fields if plugin else (("text",) if "text" in record else ("prompt", "target"))
+    missing = [f for f in needed if record.get(f) is None]
+    if missing:
+        raise _Dropped(f"missing field {'/'.join(missing)}")
+    if all(not (record.get(f) or "").strip() for f in needed):
+        raise _Dropped("empty")
+    if plugin:
+        prompt, target = plugin.render(record)
+    elif "text" in needed:
+        prompt, target = "", record["text"]
+    else:
+        prompt, target = record["prompt"], record["target"]
+    if not target.strip():
+        raise _Dropped("empty")
+    return prompt, target
 
 
 def content_hash(examples: Iterable[Example]) -> str:

@@ -140,32 +140,31 @@ class Recipe:
 PART_MEMBERS = {"members": True, "nonmembers": False, "population": False, "known_members": True}
 
 
+@dataclass(eq=False)
 class ViewContext:
     """What views compute from: the models (the reference loaded only when a view needs it), the split's
-    parts, scoring settings and the two stores. Each view is computed at most once per key."""
+    parts, scoring settings and the two stores (``shared``: views of un-adapted models; ``own``: the
+    adapted model's). Each view is computed at most once per key. ``recipe``: how the target was adapted
+    (None where it is not known: an audit of someone else's model). ``elsewhere(view, context)`` starts
+    computing and storing an ``adapts`` view out of this process (a Ray task of its own in a sweep) and
+    returns the wait for it, whose result is kept in ``done_elsewhere`` under the view's label."""
 
-    def __init__(
-        self,
-        scorers: dict[str, Callable[[], Any]],
-        identities: dict[str, ModelIdentity],
-        parts: dict[str, Sequence[Example]],
-        max_length: int,
-        batch_size: int,
-        seed: int,
-        shared: Path,
-        own: Path,
-        clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work(),
-        recipe: Recipe | None = None,
-        elsewhere: Callable[[View, ViewContext], Callable[[], Any]] | None = None,
-    ) -> None:
-        self._loaders, self._scorers = scorers, {}
-        #: how the target was adapted (None where it is not known: an audit of someone else's model)
-        self.recipe = recipe
-        #: ``elsewhere(view, context)`` starts computing and storing an ``adapts`` view out of this
-        #: process (a Ray task of its own in a sweep) and returns the wait for it, whose result is kept in
-        #: ``done_elsewhere`` under the view's label
-        self.elsewhere, self._pending, self.done_elsewhere = elsewhere, {}, {}
-        self.identities = identities
+    scorers: dict[str, Callable[[], Any]]
+    identities: dict[str, ModelIdentity]
+    parts: dict[str, Sequence[Example]]
+    max_length: int
+    batch_size: int
+    seed: int
+    shared: Path
+    own: Path
+    clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work()
+    recipe: Recipe | None = None
+    elsewhere: Callable[[View, ViewContext], Callable[[], Any]] | None = None
+
+    def __post_init__(self) -> None:
+        self._loaders, self._scorers = self.scorers, {}
+        self._pending, self.done_elsewhere = {}, {}
+        parts = self.parts
         self.parts = {"scored": [*parts["members"], *parts["nonmembers"]]} | {
             k: list(v) for k, v in parts.items() if k in PART_MEMBERS
         }
@@ -174,8 +173,7 @@ class ViewContext:
             for part in PART_MEMBERS
         }
         self._member["scored"] = np.r_[self._member["members"], self._member["nonmembers"]]
-        self.max_length, self.batch_size, self.seed = max_length, batch_size, seed
-        self.shared, self.own, self.clock = Path(shared), Path(own), clock
+        self.shared, self.own = Path(self.shared), Path(self.own)
 
     def examples(self, part: str = "scored") -> list[Example]:
         return self.parts[part]

@@ -124,9 +124,8 @@ class SelfPromptedView(View):
             texts = []  # a technique that trains nothing leaves the base itself as the reference
             if technique.trains:
                 texts = self_prompted_texts(
-                    target.model, target.tokenizer, target.seq2seq, population, self.prompt_tokens, length,
-                    context.batch_size, seed,
-                )  # fmt: skip
+                    target, population, self.prompt_tokens, length, context.batch_size, seed
+                )
             reference = adapted_reference(recipe, texts, self.epochs, length, seed, target.model)
         # the neighbours view's texts, made exactly as it makes them (and shared with it)
         examples, variants = neighbour_examples(context, self.k, self.mask_fraction)
@@ -164,23 +163,24 @@ def seeded(model: Any) -> Any:
 
 
 def self_prompted_texts(
-    model: Any,
-    tokenizer: Any,
-    seq2seq: bool,
+    target: Any,
     population: Sequence[Any],
     prompt_tokens: int,
     max_length: int,
     batch_size: int,
     seed: int,
 ) -> list[Any]:
-    """One text per population record, in their order and with their ids and prompts, written by ``model``:
+    """One text per population record, in their order and with their ids and prompts, written by ``target``:
     the first ``prompt_tokens`` tokens of the record's target (fewer where the target is shorter, so at
-    least one token is sampled) continued by sampling to the target's length (see the module docstring)."""
+    least one token is sampled) continued by sampling to the target's length (see the module docstring).
+    ``target``: the model with its ``tokenizer`` and ``seq2seq`` flag (a :class:`~privauditor.tasks.scorer.Scorer`)."""
     import torch
 
     from ..datasets import Example
     from ..deadline import check
     from ..training import encode
+
+    model, tokenizer, seq2seq = target.model, target.tokenizer, target.seq2seq
 
     jobs = []  # (what the model reads before the target, the target's prefix, tokens to sample)
     for item in encode(tokenizer, population, max_length, seq2seq):

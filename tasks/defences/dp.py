@@ -31,11 +31,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import PrivauditorError, unknown_name_message
+from ..errors import PrivauditorError
+from . import DEFENCES
+from ._base import Defence, Guard, TrainingRun, default_delta
 
 #: bump whenever a change to DP training alters the weights it trains (part of every DP cell id)
 DP_VERSION = 1
-DEFENCES = ("none", "dp")
 #: Rényi orders for both accountants' optimisation (opacus's default stops at 63, too low for ε = 1)
 ORDERS = tuple(1 + x / 10.0 for x in range(1, 100)) + tuple(float(a) for a in range(11, 257))
 
@@ -62,33 +63,55 @@ class DPSettings:
             )
 
 
-def check_defence(name: str) -> None:
-    if name not in DEFENCES:
-        raise PrivauditorError(unknown_name_message("defence", name, list(DEFENCES)))
+@DEFENCES.register("dp")
+class DPDefence(Defence):
+    """DP-SGD with opacus's clipping and noise, σ calibrated to the target ε by the RDP accountant.
 
+    Settings ``defence_params.dp`` (:class:`DPSettings`); see the module docstring."""
 
-def default_delta(trained: int) -> float:
-    """δ when none is set: 1 / (10 · trained records), below 1 / records as DP's meaning asks."""
-    return 1.0 / (10 * max(1, trained))
+    name = "dp"
+    settings = DPSettings
+    version = DP_VERSION
+    stage = "calibrate"  # σ for the target ε
 
+    def resolve(self, params: dict[str, Any] | None, trained: int) -> dict[str, Any]:
+        """``defence_params.dp`` with every default filled in, δ included."""
+        from ..settings import build
 
-def resolve_dp(params: dict[str, Any] | None, trained: int) -> dict[str, Any]:
-    """``defence_params.dp`` with every default filled in, δ included."""
-    from .settings import build
+        settings = build(DPSettings, params, "defence_params.dp")
+        delta = default_delta(trained) if settings.delta is None else settings.delta
+        return {"epsilon": settings.epsilon, "delta": delta, "max_grad_norm": settings.max_grad_norm,
+                "noise": settings.noise, "version": DP_VERSION}  # fmt: skip
 
-    settings = build(DPSettings, params, "defence_params.dp")
-    delta = default_delta(trained) if settings.delta is None else settings.delta
-    return {"epsilon": settings.epsilon, "delta": delta, "max_grad_norm": settings.max_grad_norm,
-            "noise": settings.noise, "version": DP_VERSION}  # fmt: skip
+    def unsupported_reason(self, technique: Any, workers: int, deepspeed: Any) -> str | None:
+        if not technique.trains:
+            return f"dp: {technique.name} trains nothing, so there is no gradient to privatise"
+        if workers > 1 or deepspeed is not None:
+            return "dp trains in one process: DeepSpeed and train.workers > 1 are not supported with it"
+        return None
 
+    def tag(self, resolved: dict[str, Any]) -> str:
+        """``+dp-e<ε>`` (``-nonoise`` for the audit's positive control)."""
+        noise = "" if resolved.get("noise", True) else "-nonoise"
+        return f"+dp-e{resolved['epsilon']:g}{noise}"
 
-def unsupported_reason(technique: Any, workers: int, deepspeed: Any) -> str | None:
-    """Why DP-SGD cannot train this cell (None: it can)."""
-    if not technique.trains:
-        return f"dp: {technique.name} trains nothing, so there is no gradient to privatise"
-    if workers > 1 or deepspeed is not None:
-        return "dp trains in one process: DeepSpeed and train.workers > 1 are not supported with it"
-    return None
+    def guard(self, resolved: dict[str, Any], run: TrainingRun) -> Guard:
+        privacy = Privacy.of(resolved, run.records, run.batch_size, run.epochs, run.seed)
+        sigma = privacy.sigma
+        return Guard(
+            loop={"make_step": privacy.make_step(sigma, run.seq2seq), "sampler": privacy.sampler()},
+            record=lambda steps: privacy.record(sigma, steps),
+            spent=lambda step: privacy.spent(step, sigma),
+        )
+
+    def summary(self, record: dict[str, Any], checkpoint: dict[str, Any]) -> str:
+        noise = "noise added" if record["noise_applied"] else "NO NOISE: the audit control"
+        return (f"DP-SGD: eps spent {checkpoint['epsilon']:.3f} of {record['epsilon_target']:g} at delta "
+                f"{record['delta']:.2g} (noise multiplier {record['noise_multiplier']:.3f}, {noise})")  # fmt: skip
+
+    def extra_memory(self, trainable: int, batch_size: int) -> int:
+        """The per-sample gradients: one fp32 copy of the trainable parameters per record of a batch."""
+        return 4 * trainable * batch_size
 
 
 def _rdp_accountant(sigma: float, q: float, steps: int) -> Any:
@@ -201,9 +224,7 @@ class Privacy:
         """A ``make_step`` for :func:`~privauditor.tasks.training.train` (see :class:`DPStep`)."""
 
         def make(model: Any, parameters: list[Any], lr: float, warmup: int) -> DPStep:
-            applied = sigma if self.noise else 0.0
-            return DPStep(model, parameters, lr, warmup, applied, self.max_grad_norm,
-                          self.batch_size, seq2seq, self.seed)  # fmt: skip
+            return DPStep(model, parameters, lr, warmup, self, sigma, seq2seq)
 
         return make
 
@@ -230,12 +251,20 @@ class DPStep:
     """One DP-SGD step: per-record gradients of the Poisson batch, opacus's clipping, noise and scaling,
     then AdamW (warm-up then a constant rate, as :class:`~privauditor.tasks.training.LocalStep`)."""
 
-    def __init__(self, model: Any, parameters: list[Any], lr: float, warmup: int, sigma: float,
-                 max_grad_norm: float, expected_batch: int, seq2seq: bool, seed: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        parameters: list[Any],
+        lr: float,
+        warmup: int,
+        privacy: Privacy,
+        sigma: float,
+        seq2seq: bool,
+    ) -> None:
         import torch
         from opacus.optimizers import DPOptimizer
 
-        from .training import warmup_then_constant
+        from ..training import warmup_then_constant
 
         self.model, self.seq2seq = model, seq2seq
         names = {id(p): n for n, p in model.named_parameters()}
@@ -243,14 +272,14 @@ class DPStep:
         self.layouts: dict[Any, Any] = {}
         inner = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
         self.optimizer = DPOptimizer(
-            inner, noise_multiplier=sigma, max_grad_norm=max_grad_norm, expected_batch_size=expected_batch,
-            generator=torch.Generator().manual_seed(seed + 1),
+            inner, noise_multiplier=sigma if privacy.noise else 0.0, max_grad_norm=privacy.max_grad_norm,
+            expected_batch_size=privacy.batch_size, generator=torch.Generator().manual_seed(privacy.seed + 1),
         )  # fmt: skip
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(inner, warmup_then_constant(warmup))
 
     def grad_samples(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """Per record of ``batch``: each trainable tensor's gradient, and the record's loss."""
-        from .gradients import per_sample_gradients, target_nll
+        from ..gradients import per_sample_gradients, target_nll
 
         losses = []
 

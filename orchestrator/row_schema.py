@@ -1,0 +1,183 @@
+"""The one row schema: every leaderboard column, where its value comes from and where else it goes.
+
+:data:`ROW` lists the columns in order. From it come the leaderboard's columns and parquet schema
+(:func:`columns`, :func:`arrow_schema`), a finished cell's rows (:func:`row`), the board record's fields
+(:func:`record_fields`: ``level`` ``cell`` at the record's top level, ``attack`` under each attack) by
+schema version (``since``), and the board's setting columns (:func:`setting_columns`, where ``setting``).
+Adding a column is one :class:`Column` appended to :data:`ROW`: it reaches the leaderboard files, the
+board's records (raise ``SCHEMA_VERSION`` in ``board/records.py`` and set ``since`` to it, so records of
+the earlier version still read: they lack it) and its setting rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from privauditor.tasks.spec import CellSpec, setting_of
+
+KINDS = ("string", "int", "float", "bool")
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a row is read from: a finished cell's ``cell.json`` record and resolved spec, one checkpoint's
+    record, and one attack's name and metrics there."""
+
+    record: dict[str, Any]
+    spec: CellSpec
+    checkpoint: dict[str, Any]
+    attack: str
+    metrics: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column. ``kind``: its parquet type (:data:`KINDS`). ``level``: ``cell`` (one value per cell and
+    checkpoint: a board record's field), ``attack`` (per attack: in the record's ``attacks``) or ``board``
+    (the board's own, e.g. how many runs a row merges). ``value``: read from a :class:`Source` (a board
+    column's is its value in a results folder). ``setting``: shown in the board's setting rows (seeds
+    merged: the common value, else the mean). ``since``: the board-record schema version that added it."""
+
+    name: str
+    value: Callable[[Source], Any]
+    kind: str = "float"
+    level: str = "cell"
+    setting: bool = True
+    since: int = 1
+
+
+def access_of(attack: str) -> str:
+    """The threat model of an attack (``?`` for one whose plugin is not installed here)."""
+    from privauditor.tasks.attacks import ATTACKS
+
+    return ATTACKS.get(attack).access if attack in ATTACKS else "?"
+
+
+def trainable_fraction(record: dict[str, Any]) -> float | None:
+    """Trainable parameters over all of the adapted model's (peft's convention), None where unknown."""
+    total = record.get("total_params")
+    return record["trainable_params"] / total if total else None
+
+
+def _tpr_columns() -> list[Column]:
+    """Per low-FPR rate (tasks/metrics.py): its Clopper-Pearson interval, the 95 % upper bound on the true
+    FPR of its threshold, and whether fewer than 10 false positives were expected (``few``); then the TPR
+    at 0 false positives, which is how a 0.1 % rate is shown below 10,000 non-members."""
+    found = []
+    for rate in ("tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "tpr_at_0fp"):
+        for end, index in (("_ci_low", 0), ("_ci_high", 1)):
+            found.append(Column(rate + end, lambda s, r=rate, i=index: (s.metrics.get(f"{r}_ci") or (None, None))[i],
+                                level="attack", setting=False, since=2))  # fmt: skip
+        found.append(Column(f"{rate}_fpr_bound", lambda s, r=rate: s.metrics.get(f"{r}_fpr_bound"),
+                            level="attack", setting=False, since=2))  # fmt: skip
+        if rate != "tpr_at_0fp":
+            found.append(Column(f"{rate}_few", lambda s, r=rate: s.metrics.get(f"{r}_few"), "bool", "attack",
+                                setting=False, since=2))  # fmt: skip
+    found.append(Column("tpr_at_0fp", lambda s: s.metrics.get("tpr_at_0fp"), level="attack", setting=False,
+                        since=2))  # fmt: skip
+    return found
+
+
+#: the low-FPR columns (:func:`_tpr_columns`)
+TPR_COLUMNS = tuple(c.name for c in _tpr_columns())
+
+#: every leaderboard column, in order (see the module docstring)
+ROW: list[Column] = [
+    Column("cell_id", lambda s: s.record["cell_id"], "string", setting=False),
+    Column("model", lambda s: s.spec.model, "string"),
+    Column("adaptation", lambda s: s.spec.adaptation, "string"),
+    Column("dataset", lambda s: s.spec.dataset, "string"),
+    Column("seed", lambda s: s.spec.seed, "int", setting=False),
+    Column("epoch", lambda s: s.checkpoint["epoch"]),  # a checkpoint may fall inside an epoch
+    Column("step", lambda s: s.checkpoint["step"], "int"),
+    Column("best", lambda s: s.checkpoint["best"], "bool", setting=False),
+    Column("attack", lambda s: s.attack, "string", "attack"),  # the key of the record's ``attacks``
+    Column("access", lambda s: access_of(s.attack), "string", "attack"),
+    Column("auc", lambda s: s.metrics["auc"], level="attack"),
+    Column("auc_ci_low", lambda s: s.metrics["auc_ci"][0], level="attack"),
+    Column("auc_ci_high", lambda s: s.metrics["auc_ci"][1], level="attack"),
+    Column("tpr_at_0.1pct_fpr", lambda s: s.metrics["tpr_at_0.1pct_fpr"], level="attack"),
+    Column("tpr_at_1pct_fpr", lambda s: s.metrics["tpr_at_1pct_fpr"], level="attack"),
+    *_tpr_columns(),
+    Column("n_members", lambda s: s.metrics["n_members"], "int", "attack"),
+    Column("n_nonmembers", lambda s: s.metrics["n_nonmembers"], "int", "attack"),
+    Column("utility_loss", lambda s: s.checkpoint["utility_loss"]),
+    Column("trainable_params", lambda s: s.record["trainable_params"], "int"),
+    Column("trainable_fraction", lambda s: trainable_fraction(s.record), since=2),
+    Column("train_seconds", lambda s: s.record["train"]["seconds"]),
+    Column("defence", lambda s: s.spec.defence, "string"),
+    Column("epsilon", lambda s: s.checkpoint.get("epsilon")),
+    Column("epsilon_target", lambda s: s.spec.defence_params.get("epsilon")),
+    Column(
+        "delta",
+        lambda s: s.metrics.get("eps_delta", s.spec.defence_params.get("delta")),
+        level="attack",
+        setting=False,
+    ),  # fmt: skip
+    Column("eps_lower", lambda s: s.metrics.get("eps_lower"), level="attack"),
+    Column("eps_ceiling", lambda s: s.metrics.get("eps_ceiling"), level="attack"),
+    Column("dp_violation", lambda s: s.attack in s.checkpoint.get("dp_violations", []), "bool", "attack"),
+    Column(
+        "auc_repeated_vs_singleton",
+        lambda s: s.metrics.get("auc_repeated_vs_singleton"),
+        level="attack",
+        setting=False,
+    ),  # fmt: skip
+    Column("setting", lambda s: setting_of(s.record["config"]), "string"),
+    Column("runs", lambda s: 1, "int", "board"),  # rows a board row merges (1 in a results folder)
+]
+
+#: the board's setting rows: their order, with the columns merging seeds adds (kinds in
+#: :data:`SETTING_KINDS`); a :data:`ROW` column with ``setting`` that is not named here comes last
+SETTING_ORDER = (
+    "setting", "model", "technique", "adaptation", "dataset", "defence", "epsilon_target", "epoch", "step",
+    "last", "attack", "access", "n_seeds", "seeds", "runs", "auc", "auc_std", "auc_ci_low", "auc_ci_high",
+    "ci_over", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members", "n_nonmembers", "utility_loss",
+    "epsilon", "eps_lower", "eps_bounded", "eps_ceiling", "dp_violation", "trainable_params",
+    "trainable_fraction", "train_seconds", "replicas_agree", "cells",
+)  # fmt: skip
+SETTING_KINDS = {"technique": "string", "last": "bool", "n_seeds": "int", "seeds": "string", "auc_std": "float",
+                 "ci_over": "string", "eps_bounded": "int", "replicas_agree": "bool", "cells": "string"}  # fmt: skip
+
+
+def tpr_fields(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The :data:`TPR_COLUMNS` of one attack's metrics (None where a results folder predates them)."""
+    source = Source({}, None, {}, "", metrics)
+    return {c.name: c.value(source) for c in ROW if c.name in TPR_COLUMNS}
+
+
+def columns() -> list[str]:
+    """The leaderboard's columns, in order."""
+    return [c.name for c in ROW]
+
+
+def row(source: Source) -> dict[str, Any]:
+    """One leaderboard row of a finished cell."""
+    return {c.name: c.value(source) for c in ROW}
+
+
+def record_fields(level: str, version: int) -> tuple[str, ...]:
+    """The board record's fields of ``level`` (``cell`` or ``attack``) that schema ``version`` holds."""
+    return tuple(c.name for c in ROW if c.level == level and c.since <= version and c.name != "attack")
+
+
+def setting_columns() -> list[str]:
+    """The board's setting rows' columns: :data:`SETTING_ORDER`, then any later ``setting`` column."""
+    later = [c.name for c in ROW if c.setting and c.name not in SETTING_ORDER]
+    return [*SETTING_ORDER, *later]
+
+
+def kind_of(name: str) -> str:
+    """A column's kind, from :data:`ROW` or :data:`SETTING_KINDS`."""
+    found = {c.name: c.kind for c in ROW} | SETTING_KINDS
+    return found[name]
+
+
+def arrow_schema(names: list[str]) -> Any:
+    """The parquet schema of these columns."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+    return pa.schema([(name, types[kind_of(name)]) for name in names])

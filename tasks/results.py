@@ -1,0 +1,159 @@
+"""The results folder's contract: its format marker, a cell folder's lifecycle and its records.
+
+``OUT/privauditor.json`` names the results format (a folder of another format is refused) and the run's
+id. Each cell (or audit) lives in ``OUT/cells/<cell_id>/``: :class:`CellFolder` says whether it finished
+(``DONE``), clears a half-written attempt, and finishes it by writing ``cell.json`` then ``DONE``, each
+atomically, so a folder with ``DONE`` is whole and one without is redone. The last checkpoint's audit
+is the folder's own files; an earlier one's lives under :func:`checkpoint_path`. ``cell.json`` is a
+:class:`CellRecord`; its ``checkpoints`` are :class:`CheckpointRecord` s.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+from .errors import PrivauditorError
+from .files import write_json
+
+# 2: the typed spec (data, weights and version identities in the cell id), split parts, views
+# 3: checkpoints (one audit per snapshot; earlier ones under checkpoints/epoch-<e>/)
+# 4: checkpoints named by step (checkpoints/step-<s>/; epochs may be fractions); tpr at FPR < target
+RESULTS_FORMAT = 4
+
+
+class _CheckpointExtras(TypedDict, total=False):
+    epsilon: float
+    dp_violations: list[str]
+    elsewhere: dict[str, Any]
+
+
+class CheckpointRecord(_CheckpointExtras):
+    """One audited checkpoint in ``cell.json``: its epoch and step (None for an audit, whose training is
+    unknown), whether it had the lowest validation NLL of the cell (``best``), where its files are
+    (relative to the cell folder), its utility (mean validation NLL), adaptation hash, the attacks run and
+    the view files each read. A DP run adds the ε spent by then and the attacks whose empirical lower
+    bound exceeds it; views computed out of the cell's process report under ``elsewhere``."""
+
+    epoch: float | None
+    step: int | None
+    best: bool | None
+    path: str
+    utility_loss: float
+    adaptation_hash: str
+    attacks: list[str]
+    views: dict[str, dict[str, str]]
+
+
+class _CellExtras(TypedDict, total=False):
+    model: dict[str, Any]
+    audit: dict[str, Any]
+    defence: dict[str, Any]
+    device: str
+    repeats: dict[str, int]
+    hardware: dict[str, Any]
+    runtime: dict[str, Any]
+
+
+class CellRecord(_CellExtras):
+    """``cell.json``: what ran (``config``: the resolved spec), on what (``provenance``, ``model``), what
+    it found at each checkpoint and what it cost. ``run_cell`` and ``run_audit`` both write one (an audit
+    adds ``audit``: its files and model, and has no ``train`` beyond its seconds); the leaderboard and the
+    board read them."""
+
+    cell_id: str
+    config: dict[str, Any]
+    provenance: dict[str, Any]
+    views: dict[str, dict[str, str]]
+    checkpoints: list[CheckpointRecord]
+    trainable_params: int
+    total_params: int
+    train: dict[str, Any]
+    utility_loss: float
+    n_members: int
+    n_nonmembers: int
+    timings: dict[str, float]
+    versions: dict[str, str]
+
+
+@dataclass
+class CellOutcome:
+    cell_id: str
+    path: Path
+    metrics: dict[str, Any]
+    skipped: bool  # already DONE before this call
+    warnings: tuple[str, ...] = ()  # what was weak about the inputs (an audit's; tasks/audit_inputs.py)
+
+
+class CellFolder:
+    """``OUT/cells/<cell_id>/`` through its lifecycle: :attr:`done`, :meth:`start`, :meth:`finish`."""
+
+    def __init__(self, out: Path, cell_id: str) -> None:
+        self.out, self.cell_id = Path(out), cell_id
+        self.path = self.out / "cells" / cell_id
+
+    @property
+    def done(self) -> bool:
+        return (self.path / "DONE").exists()
+
+    def outcome(self, skipped: bool, warnings: tuple[str, ...] = ()) -> CellOutcome:
+        """The finished cell's outcome (its last checkpoint's metrics)."""
+        metrics = json.loads((self.path / "metrics.json").read_text())
+        return CellOutcome(self.cell_id, self.path, metrics, skipped, warnings)
+
+    def start(self) -> Path:
+        """Check the results folder (creating its marker), clear an unfinished earlier attempt and create
+        the cell folder empty."""
+        check_results_dir(self.out)
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.path.mkdir(parents=True)
+        return self.path
+
+    def finish(self, record: CellRecord) -> None:
+        """Write ``cell.json``, then ``DONE`` (with the finishing time)."""
+        write_json(self.path / "cell.json", record)
+        finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_json(self.path / "DONE", {"cell_id": self.cell_id, "finished": finished})
+
+
+def check_results_dir(out: Path) -> None:
+    """Create ``out/privauditor.json`` or check it: a folder of another results format is refused."""
+    marker = out / "privauditor.json"
+    if marker.exists():
+        try:
+            found = json.loads(marker.read_text()).get("results_format")
+        except (json.JSONDecodeError, AttributeError):
+            found = "unreadable"
+        if found != RESULTS_FORMAT:
+            raise PrivauditorError(
+                f"{out} holds results format {found!r}, this privauditor writes {RESULTS_FORMAT}: "
+                "use another --out folder"
+            )
+        return
+    if out.exists() and not out.is_dir():
+        raise PrivauditorError(f"results folder {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        # run_id: this folder's identity on a board (a rerun elsewhere is another run)
+        write_json(marker, {"results_format": RESULTS_FORMAT, "run_id": uuid.uuid4().hex})
+    except OSError as exc:
+        raise PrivauditorError(f"cannot write results to {out}: {exc.strerror or exc}") from None
+
+
+def checkpoint_results(cell_dir: Path) -> list[tuple[CheckpointRecord, dict[str, Any]]]:
+    """A finished cell's (checkpoint record, metrics by attack) pairs, in step order."""
+    record = json.loads((Path(cell_dir) / "cell.json").read_text())
+    return [
+        (checkpoint, json.loads((Path(cell_dir) / checkpoint["path"] / "metrics.json").read_text()))
+        for checkpoint in record["checkpoints"]
+    ]
+
+
+def checkpoint_path(step: int) -> str:
+    """Where an earlier checkpoint's audit lives in its cell's folder (the last one's is the folder)."""
+    return f"checkpoints/step-{step}"
