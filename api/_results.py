@@ -64,7 +64,7 @@ class AuditResult:
         and the verdict's one-sided p-value with Holm's adjustment (controls have none)."""
         import pandas as pd
 
-        from .orchestrator.row_schema import access_of
+        from .orchestrator.report.row_schema import access_of
 
         tests = self.verdict["attacks"]
         rows = []
@@ -90,7 +90,7 @@ class AuditResult:
     def report(self, to: str | Path | None = None, pdf: bool = True) -> list[Path]:
         """Write the audit's report (``OUT/reports/<audit id>.html``, and ``.pdf`` when ``pdf`` and a
         Chromium is found) and return the paths written."""
-        from .orchestrator.audit_report import write_report
+        from .orchestrator.report.audit_report import write_report
 
         folder = Path(to) if to is not None else self.path.parents[1] / "reports"
         return write_report(self, folder, pdf)
@@ -106,7 +106,7 @@ class Results:
 
     @classmethod
     def read(cls, path: Path) -> Results:
-        from .orchestrator.leaderboard import rows
+        from .orchestrator.report.leaderboard import rows
 
         if not (Path(path) / "cells").is_dir():
             raise FileNotFoundError(f"{path} is not a results folder (no cells/ inside)")

@@ -107,7 +107,7 @@ def inference_rows(count_file: Path, start: int) -> tuple[int, int]:
 
 def in_process(cells, out_of) -> dict[str, float]:
     """Each cell through ``run_cell`` and its ROC image, the outputs a sweep writes per cell."""
-    from privauditor.orchestrator.plots import roc_png
+    from privauditor.orchestrator.report.plots import roc_png
     from privauditor.tasks.cell import run_cell
 
     seconds = {}
@@ -120,8 +120,8 @@ def in_process(cells, out_of) -> dict[str, float]:
 
 
 def through_ray(data: dict, out: Path) -> float:
-    from privauditor.orchestrator.runner import run_sweep
-    from privauditor.orchestrator.sweep import parse_sweep
+    from privauditor.orchestrator.run.runner import run_sweep
+    from privauditor.orchestrator.run.sweep import parse_sweep
 
     started = time.perf_counter()
     code = run_sweep(parse_sweep(data), out)
@@ -152,7 +152,7 @@ def sequential(args, out: Path) -> tuple[float, dict[str, float]]:
 def child_seq(args) -> None:
     import torch
 
-    from privauditor.orchestrator.sweep import parse_sweep
+    from privauditor.orchestrator.run.sweep import parse_sweep
 
     torch.set_num_threads(2)
     cells = parse_sweep(sweep_data(args.members, args.k, 1, args.attacks)).cells
@@ -185,9 +185,9 @@ def main() -> int:
     import ray
     import torch
 
-    from privauditor.orchestrator.sweep import parse_sweep
+    from privauditor.orchestrator.run.sweep import parse_sweep
+    from privauditor.orchestrator.run.trials import forwarded_env
     from privauditor.orchestrator.tables import render
-    from privauditor.orchestrator.trials import forwarded_env
     from privauditor.tasks.models import load_model
 
     torch.set_num_threads(2)

@@ -50,8 +50,8 @@ def _cell(args: argparse.Namespace) -> int:
     from privauditor.tasks.defences import get_defence
     from privauditor.tasks.results import checkpoint_results
 
-    from .matrix import check_cell
-    from .plots import roc_png
+    from .report.plots import roc_png
+    from .run.matrix import check_cell
 
     settings = {
         "model": args.model,
@@ -90,8 +90,8 @@ def _local_launcher(spec) -> object | None:
     import ray
     import torch
 
-    from .ray_train import RayTrainLauncher
-    from .trials import forwarded_env
+    from .run.ray_train import RayTrainLauncher
+    from .run.trials import forwarded_env
 
     gpus = 1.0 if torch.cuda.is_available() else 0.0
     if not ray.is_initialized():  # logical CPUs: one per worker plus this process, even on fewer cores
@@ -103,7 +103,7 @@ def _local_launcher(spec) -> object | None:
 def _validate(args: argparse.Namespace) -> int:
     from privauditor.tasks.models import resolve_model
 
-    from .sweep import load_sweep
+    from .run.sweep import load_sweep
 
     sweep = load_sweep(args.sweep, args.set or [])
     rows, unbuilt = [], 0
@@ -126,7 +126,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from .plan_report import plan_report
+    from .plan.plan_report import plan_report
 
     print(plan_report(args))
     return 0
@@ -135,8 +135,8 @@ def _plan(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .runner import run_sweep
-    from .sweep import load_sweep
+    from .run.runner import run_sweep
+    from .run.sweep import load_sweep
 
     sweep = load_sweep(args.sweep, args.set or [])
     out = args.out or Path("results") / sweep.name  # a folder, or an object-store URI (s3://, gs://)
@@ -146,9 +146,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .runner import leaderboard, write_findings
-    from .storage import Results
-    from .summary import SUMMARY_HEADER, summary
+    from .report.summary import SUMMARY_HEADER, summary
+    from .run.runner import leaderboard, write_findings
+    from .run.storage import Results
 
     results = Results.at(args.dir)
     if not results.remote and not (results.local / "cells").is_dir():
@@ -161,7 +161,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.against:  # read, never written
         from pathlib import Path
 
-        from .leaderboard import rows
+        from .report.leaderboard import rows
 
         if not (Path(args.against) / "cells").is_dir():
             raise PrivauditorError(f"--against {args.against} is not a results folder (no cells/ inside)")
@@ -180,8 +180,8 @@ def _audit(args: argparse.Namespace) -> int:
 
     import privauditor
 
-    from .leaderboard import build
-    from .plots import roc_png
+    from .report.leaderboard import build
+    from .report.plots import roc_png
 
     out = Path(args.out)
     result = privauditor.audit(
@@ -208,7 +208,7 @@ def _audit(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .publish import publish
+    from .report.publish import publish
 
     to = Path(args.to or Path(args.dir) / "public")
     found = publish(Path(args.dir), to, args.wandb_project)

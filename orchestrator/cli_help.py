@@ -45,6 +45,6 @@ class Version(argparse.Action):
 
 
 def shipped_sweeps() -> str:
-    from .sweep import SWEEPS_DIR
+    from .run.sweep import SWEEPS_DIR
 
     return ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))

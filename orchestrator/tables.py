@@ -59,7 +59,7 @@ def listing(what: str) -> str:
                                        initial_indent=f"{name:<10} ", subsequent_indent=" " * 11))  # fmt: skip
         return render(["defence", "settings (defaults)", "version"], rows) + "\n\n" + "\n".join(about)
     if what == "sweeps":
-        from .sweep import SWEEPS_DIR, load_sweep
+        from .run.sweep import SWEEPS_DIR, load_sweep
 
         rows, about = [], []
         for path in sorted(SWEEPS_DIR.glob("*.yaml")):

@@ -4,8 +4,8 @@ A registry knows the package that holds its plugins; the first lookup imports ev
 package (``pkgutil``), so adding a plugin is adding one file, and nothing central is edited. Plugins may
 also come from other installed packages: the first lookup also loads the entry points of the registry's
 group (``privauditor.attacks``, ``privauditor.views``, ``privauditor.adaptations``,
-``privauditor.datasets``, ``privauditor.models`` for model families), each naming a module whose
-decorators register its plugins, exactly as a file of the plugin package does. Unknown names get an error
+``privauditor.datasets``, ``privauditor.defences``, ``privauditor.models`` for model families), each
+naming a module whose decorators register its plugins, exactly as a file of the plugin package does. Unknown names get an error
 that lists the known names and the closest match, as lm-evaluation-harness does.
 
 Example::

@@ -3,9 +3,9 @@ at which each technique's members become identifiable."""
 
 from __future__ import annotations
 
-from privauditor.orchestrator.against import against, first_epochs
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.findings import findings
+from privauditor.orchestrator.report.against import against, first_epochs
+from privauditor.orchestrator.report.findings import findings
 
 from .test_findings import synthetic
 

@@ -12,8 +12,8 @@ import pytest
 
 import privauditor
 import privauditor.tasks.errors
-from privauditor.orchestrator.audit_report import browser
 from privauditor.orchestrator.cli import main
+from privauditor.orchestrator.report.audit_report import browser
 
 #: in every member record: the report must never contain it
 CANARY = "zqxcanary"

@@ -150,7 +150,6 @@ def test_a_bare_hugging_face_id_resolves_from_the_local_hub_cache(tmp_path):
 def test_an_adapter_hashes_alike_whatever_order_peft_wrote_its_module_sets(tmp_path):
     """peft keeps ``target_modules`` as a set and writes it in the order of the process's string hashing:
     the same adapter saved twice must give one adaptation hash (and one audit id), other changes another."""
-    import json
 
     from privauditor.tasks.provenance import directory_hash
 

@@ -22,7 +22,7 @@ from privauditor.orchestrator.board.merge import cell_rows
 from privauditor.orchestrator.board.records import canonical, content_hash, from_results, record_key
 from privauditor.orchestrator.board.store import Store
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.row_schema import TPR_COLUMNS, columns, setting_columns
+from privauditor.orchestrator.report.row_schema import TPR_COLUMNS, columns, setting_columns
 
 from .test_publish import canary_file, leaks
 
@@ -120,7 +120,7 @@ def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_pat
 @pytest.fixture
 def scored_column(monkeypatch):
     """A column added in the one place columns are defined, the row schema: texts an attack scored."""
-    from privauditor.orchestrator import row_schema
+    from privauditor.orchestrator.report import row_schema
 
     column = row_schema.Column(
         "n_scored", lambda s: s.metrics["n_members"] + s.metrics["n_nonmembers"], "int", "attack"
@@ -138,7 +138,7 @@ def test_a_column_added_to_the_row_schema_reaches_parquet_board_record_and_setti
 
     from privauditor.orchestrator.board.merge import setting_rows
     from privauditor.orchestrator.board.records import problems
-    from privauditor.orchestrator.leaderboard import build
+    from privauditor.orchestrator.report.leaderboard import build
 
     folder = shutil.copytree(runs / "a", tmp_path / "a")
     build(folder)

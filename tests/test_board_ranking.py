@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from privauditor.orchestrator import battery
-from privauditor.orchestrator.blocks import fraction_text
 from privauditor.orchestrator.board import records as rec
 from privauditor.orchestrator.board.check import check
 from privauditor.orchestrator.board.history import changes
@@ -19,6 +17,8 @@ from privauditor.orchestrator.board.ranked import moves, rank, summary_of
 from privauditor.orchestrator.board.records import canonical, content_hash, record_key
 from privauditor.orchestrator.board.store import Store
 from privauditor.orchestrator.cli import main
+from privauditor.orchestrator.report import battery
+from privauditor.orchestrator.report.blocks import fraction_text
 from privauditor.tasks.cache import stable_hash
 
 from .test_board import Page, snapshot

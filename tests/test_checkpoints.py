@@ -7,7 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from privauditor.orchestrator.leaderboard import rows
+from privauditor.orchestrator.report.leaderboard import rows
 from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError

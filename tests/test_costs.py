@@ -9,7 +9,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import GPT2Config, LlamaConfig, OPTConfig, T5Config
 
-from privauditor.orchestrator.costs import Shape, forward_flops, train_flops, zero_state_bytes
+from privauditor.orchestrator.plan.costs import Shape, forward_flops, train_flops, zero_state_bytes
 
 SMALL = {
     "llama": LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
@@ -100,7 +100,7 @@ def test_zero_memory_equals_deepspeeds_estimators_for_a_7b_model(stage, gpus, no
 def test_every_registered_checkpoint_has_the_size_it_is_registered_with():
     """The planner prices a hub checkpoint by the architecture registered with it (no hub): it must give
     the parameter count the registry states (``6.7B``, ``2.8B``: within 5 %)."""
-    from privauditor.orchestrator.shapes import parse_size, shape_of
+    from privauditor.orchestrator.plan.shapes import parse_size, shape_of
     from privauditor.tasks.models import MODELS
 
     hub = [(name, spec) for name, spec in MODELS.items() if spec.source == "hub"]

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from privauditor.orchestrator.ray_train import RayTrainLauncher
+from privauditor.orchestrator.run.ray_train import RayTrainLauncher
 from privauditor.tasks.cell import CellEnvironment, run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError

@@ -1,4 +1,4 @@
-"""``privauditor publish``'s exports (orchestrator/exports.py): each cell's last-checkpoint aggregates as
+"""``privauditor publish``'s exports (orchestrator/report/exports.py): each cell's last-checkpoint aggregates as
 Hugging Face Hub evaluation results (``.eval_results`` entries and a ``model-index`` block) and as Every Eval
 Ever records, checked field by field against their specifications, against Every Eval Ever's rules as a
 JSON schema (with ``jsonschema``) and against ``huggingface_hub``'s own readers; and no sample text or id in any of them.
@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 import yaml
 
-from privauditor.orchestrator import exports
-from privauditor.orchestrator.row_schema import columns
+from privauditor.orchestrator.report import exports
+from privauditor.orchestrator.report.row_schema import columns
 
 #: The rules of Every Eval Ever's aggregate record (version 0.3.0) that these exports must meet, stated here
 #: as a JSON schema of our own from the format's published schema (https://github.com/evaleval/every_eval_ever,
@@ -262,8 +262,8 @@ def test_publish_writes_both_exports_without_sample_text(tmp_path, monkeypatch):
     """Through ``privauditor publish``: the files land under TO/eval_results/ and TO/every_eval_ever/, the
     same results give the same bytes, and canaries planted in the cells' per-sample files and in a row
     field the exports do not name appear in no exported byte."""
-    from privauditor.orchestrator import leaderboard
-    from privauditor.orchestrator.publish import publish
+    from privauditor.orchestrator.report import leaderboard
+    from privauditor.orchestrator.report.publish import publish
 
     results, public = tmp_path / "results", tmp_path / "public"
     found = [r | {"sample_id": f"client-{CANARY.format(i)}", "text": f"Client {CANARY.format(i)} owes $1037."}

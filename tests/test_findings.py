@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.findings import findings
-from privauditor.orchestrator.plots import pareto
+from privauditor.orchestrator.report.findings import findings
+from privauditor.orchestrator.report.plots import pareto
 from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 
@@ -126,8 +126,8 @@ def test_report_writes_findings_with_the_answer_controls_and_plots(tmp_path, cap
 def test_one_headline_per_technique_on_the_page_and_in_the_answer(tmp_path):
     """leaderboard.html's first table is findings.md's ranking (same attack, checkpoint and blocks), and the
     per-adaptation means leave a model-free control out (it never reads the model)."""
-    from privauditor.orchestrator.html import headline
-    from privauditor.orchestrator.summary import summary
+    from privauditor.orchestrator.report.html import headline
+    from privauditor.orchestrator.report.summary import summary
 
     rows = synthetic(tmp_path)
     blind = [r | {"attack": "blind", "access": "model-free", "auc": 0.99} for r in rows]
@@ -140,8 +140,8 @@ def test_one_headline_per_technique_on_the_page_and_in_the_answer(tmp_path):
     means = {r[0]: r[1] for r in summary(rows + blind, "adaptation")}
     assert means == {r[0]: r[1] for r in summary(rows, "adaptation")}  # the 0.99 control changes nothing
     # the page's row table holds each cell's last checkpoint only (every checkpoint is in the CSV)
-    from privauditor.orchestrator.html import leaderboard_html
-    from privauditor.orchestrator.summary import final
+    from privauditor.orchestrator.report.html import leaderboard_html
+    from privauditor.orchestrator.report.summary import final
 
     full = [r | {"trainable_params": 10, "tpr_at_1pct_fpr": None, "tpr_at_0fp": None} for r in rows]
     table = leaderboard_html(tmp_path, full).split('<table class="sortable">')[1].split("</table>")[0]

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from privauditor.orchestrator.hypothesis import parse, registration
-from privauditor.orchestrator.sweep import load_sweep
+from privauditor.orchestrator.report.hypothesis import parse, registration
+from privauditor.orchestrator.run.sweep import load_sweep
 from privauditor.tasks.errors import PrivauditorError
 
 BLOCK = """hypothesis:

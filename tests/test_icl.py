@@ -95,7 +95,7 @@ def test_icl_finds_members_in_its_context_and_the_base_finds_nothing(icl_and_bas
 
 
 def test_the_prompts_record_ids_stay_in_the_cell_folder(icl_and_base, tmp_path):
-    from privauditor.orchestrator.publish import publish
+    from privauditor.orchestrator.report.publish import publish
 
     out, icl, _ = icl_and_base
     prompts = json.loads((icl.path / "demonstrations.json").read_text())["prompts"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from privauditor.orchestrator.formats import markdown_table
-from privauditor.orchestrator.leaderboard import SUMMARY_HEADER, summary
+from privauditor.orchestrator.report.formats import markdown_table
+from privauditor.orchestrator.report.leaderboard import SUMMARY_HEADER, summary
 
 
 def row(adaptation, seed, auc, attack="loss", epoch=3):

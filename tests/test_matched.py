@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from privauditor.orchestrator.matched import MARGIN, at_level, common_level, crossing, matched
+from privauditor.orchestrator.report.matched import MARGIN, at_level, common_level, crossing, matched
 
 
 def point(epoch, nll, auc, low=None, high=None):

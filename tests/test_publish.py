@@ -8,9 +8,9 @@ import json
 import pyarrow.parquet as pq
 
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.row_schema import columns
-from privauditor.orchestrator.sweep import WandbSettings
-from privauditor.orchestrator.tracking import log_cell, log_leaderboard
+from privauditor.orchestrator.report.row_schema import columns
+from privauditor.orchestrator.run.sweep import WandbSettings
+from privauditor.orchestrator.run.tracking import log_cell, log_leaderboard
 from privauditor.tasks.results import checkpoint_results
 
 CANARY = "QZXV{:03d}CANARY"
@@ -54,7 +54,7 @@ def test_published_folder_and_wandb_files_hold_no_sample_text(tmp_path, monkeypa
     record = json.loads((cell_dir / "cell.json").read_text())
     settings = WandbSettings(mode="offline", project="canary")
     log_cell(settings, "canary", out, record, checkpoint_results(cell_dir))
-    from privauditor.orchestrator.leaderboard import build
+    from privauditor.orchestrator.report.leaderboard import build
 
     log_leaderboard(settings, "canary", out, build(out))
     assert main(["publish", str(out), "--to", str(public), "--wandb-project", "canary-public"]) == 0

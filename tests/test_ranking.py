@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from privauditor.orchestrator import cd_diagram
-from privauditor.orchestrator.ranking import (
+from privauditor.orchestrator.report import cd_diagram
+from privauditor.orchestrator.report.ranking import (
     block_ranks,
     class_matrix,
     complete_blocks,

@@ -10,12 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from privauditor.orchestrator.calibrate import finished_cells
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.plan import tokens_for
-from privauditor.orchestrator.row_schema import columns
-from privauditor.orchestrator.shapes import shape_of
-from privauditor.orchestrator.work import cell_work
+from privauditor.orchestrator.plan.calibrate import finished_cells
+from privauditor.orchestrator.plan.plan import tokens_for
+from privauditor.orchestrator.plan.shapes import shape_of
+from privauditor.orchestrator.plan.work import cell_work
+from privauditor.orchestrator.report.row_schema import columns
 from privauditor.tasks.attack_job import AttackJob, attack_job
 from privauditor.tasks.spec import CellSpec
 

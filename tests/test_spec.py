@@ -95,7 +95,7 @@ def test_a_value_that_is_not_a_number_is_a_one_line_error(text):
 
 
 def test_a_sweep_knows_which_offline_models_to_build_before_its_cells_have_ids(tmp_path, monkeypatch):
-    from privauditor.orchestrator.bases import missing
+    from privauditor.orchestrator.run.bases import missing
 
     monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path))  # an empty cache
     settings = [*SMALL, "attacks=[loss,neighbourhood]", "attack_params.neighbourhood.k=3"]

@@ -196,7 +196,7 @@ def test_in_a_sweep_the_reference_is_a_ray_task_of_its_own_and_scores_as_in_the_
 
 
 def test_only_a_cell_with_spv_mia_reserves_a_second_bundle_and_it_asks_for_no_more_gpus():
-    from privauditor.orchestrator.view_tasks import bundles
+    from privauditor.orchestrator.run.view_tasks import bundles
 
     with_spv = cell_config(SETTINGS, SMALL).resolve(build=False)
     without = cell_config(SETTINGS, [*SMALL, "attacks=[loss,neighbourhood]"]).resolve(build=False)

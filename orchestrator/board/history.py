@@ -124,7 +124,7 @@ def _wandb(
     import pyarrow.parquet as pq
     import wandb
 
-    from ..row_schema import setting_columns
+    from ..report.row_schema import setting_columns
 
     mode = os.environ.get("WANDB_MODE") or "offline"
     if mode == "disabled":

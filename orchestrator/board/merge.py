@@ -1,6 +1,6 @@
 """Merging records of many runs into the board's two tables.
 
-- **Cell rows** (the leaderboard's own columns, :func:`privauditor.orchestrator.row_schema.columns`, and
+- **Cell rows** (the leaderboard's own columns, :func:`privauditor.orchestrator.report.row_schema.columns`, and
   ``replicas_agree``): one per (cell, checkpoint step, attack). Records of one cell id from several runs
   are *replicas* of the same settings and seed, not extra samples; ``runs`` counts them. Their point
   figures (AUC, TPRs, utility, timings) are averaged by :func:`mean_row`; every interval and bound
@@ -8,7 +8,7 @@
   the ε bound, its ceiling and the DP-violation flag) is never averaged: it is the replica's of the run
   id that sorts first. ``replicas_agree`` is False where the replicas' AUCs differ (non-deterministic
   code, or a changed environment): then the shown AUC is their mean and the intervals are one run's.
-- **Setting rows** (:func:`~privauditor.orchestrator.row_schema.setting_columns`): one per (setting, checkpoint step, attack), over the seeds
+- **Setting rows** (:func:`~privauditor.orchestrator.report.row_schema.setting_columns`): one per (setting, checkpoint step, attack), over the seeds
   of a setting (cells whose specs differ only in the seed). ``auc`` is the mean over seeds; with two
   seeds or more ``auc_ci_low/high`` is the t-interval of that mean (``ci_over`` = ``seeds``), with one it
   is the cell's own bootstrap CI over samples (``ci_over`` = ``samples``): recomputed, never averaged.
@@ -28,9 +28,9 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from privauditor.orchestrator.summary import technique
+from privauditor.orchestrator.report.summary import technique
 
-from ..row_schema import TPR_COLUMNS, setting_columns
+from ..report.row_schema import TPR_COLUMNS, setting_columns
 from .records import rows_of
 
 #: figures computed from the per-sample scores as intervals or bounds: one replica's, never a mean

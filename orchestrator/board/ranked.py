@@ -1,11 +1,11 @@
-"""The board's ranking of techniques: the battery (:mod:`privauditor.orchestrator.battery`) over blocks.
+"""The board's ranking of techniques: the battery (:mod:`privauditor.orchestrator.report.battery`) over blocks.
 
 Like with like: a block is one (model, dataset) pair, and a technique's value in a block is the mean
 over its seeds of the :data:`RANKING_ATTACK` AUC at each cell's last checkpoint (by step), undefended
 settings only (a defended technique such as ``lora+dp-e8`` is a different question, on its own pages);
 where a technique has several settings in one block (two sweeps with different splits or learning
 rates), the mean of their seed means. ``none``, the un-adapted base, is the control and is never
-ranked. :func:`privauditor.orchestrator.battery.run` ranks only the techniques present in every block
+ranked. :func:`privauditor.orchestrator.report.battery.run` ranks only the techniques present in every block
 (the others are *partial*, each compared within the blocks it shares) and runs Friedman's test, the
 Wilcoxon–Holm pairs, Nemenyi's CD and, with a sweep's hypothesis, Page's L.
 
@@ -19,16 +19,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from privauditor.orchestrator import battery
-from privauditor.orchestrator import blocks as blk
-from privauditor.orchestrator.summary import technique
+from privauditor.orchestrator.report import battery
+from privauditor.orchestrator.report import blocks as blk
+from privauditor.orchestrator.report.summary import technique
 
 from .merge import live
 
 #: the attack the board ranks by: ``loss`` (Yeom et al. 2018), the one every other attack of the
 #: benchmark refines (reference, neighbourhood and token-level attacks all rescale a loss), available on
 #: every model, and the one ``findings.md`` ranks by by default
-#: (:data:`privauditor.orchestrator.findings.PRIMARY_ATTACK`)
+#: (:data:`privauditor.orchestrator.report.findings.PRIMARY_ATTACK`)
 RANKING_ATTACK = "loss"
 VIEW = "last"
 
@@ -135,8 +135,8 @@ def moves(before: Any, after: Any) -> dict[str, list]:
 
 def load_hypothesis(sweep: str) -> tuple[Any, str]:
     """The ``hypothesis`` block of a sweep file (a path, or a shipped sweep's name) and the sweep's name."""
-    from privauditor.orchestrator.hypothesis import parse
-    from privauditor.orchestrator.sweep import find_sweep
+    from privauditor.orchestrator.report.hypothesis import parse
+    from privauditor.orchestrator.run.sweep import find_sweep
     from privauditor.tasks.errors import PrivauditorError
     from privauditor.tasks.settings import load_yaml
 
@@ -150,7 +150,7 @@ def load_hypothesis(sweep: str) -> tuple[Any, str]:
 def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]]) -> Any:
     """Whether ``hypothesis`` was pre-registered for the runs the live records came from: their code
     revisions (``provenance.versions.privauditor_git``) and seeds."""
-    from privauditor.orchestrator.hypothesis import registration
+    from privauditor.orchestrator.report.hypothesis import registration
 
     kept = live(records)
     revisions = {(r["provenance"]["versions"] or {}).get("privauditor_git") for r in kept}

@@ -13,7 +13,7 @@ hashes the spec without its seed, so cells that differ only in seed share a sett
 aggregates them), and cells with the same id from different runs are replicas of one sample.
 
 Schema versions: 2 (written) adds ``trainable_fraction`` and the low-FPR fields of
-:data:`privauditor.orchestrator.row_schema.TPR_COLUMNS` and keys by step. A schema-1 record (keyed by
+:data:`privauditor.orchestrator.report.row_schema.TPR_COLUMNS` and keys by step. A schema-1 record (keyed by
 epoch) is still read: :func:`problems` checks it against its own fields and its key with the epoch
 rule, and :func:`upgrade` fills the newer fields with ``None`` in memory; its stored bytes and key stay.
 """
@@ -30,7 +30,7 @@ from privauditor.tasks.cache import stable_hash
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.spec import setting_of
 
-from ..row_schema import columns, record_fields
+from ..report.row_schema import columns, record_fields
 
 FORMAT = "privauditor-board-record"
 SCHEMA_VERSION = 2
@@ -129,8 +129,8 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     """Every record of a results folder (a path or an object-store URI), in cell and step order; audits
     (``privauditor audit``) are not benchmark cells and are left out (a folder of audits only is refused).
     ``supersedes`` maps (model, technique, dataset, seed, step) to the key of a record these replace."""
-    from privauditor.orchestrator.leaderboard import rows
-    from privauditor.orchestrator.storage import Results
+    from privauditor.orchestrator.report.leaderboard import rows
+    from privauditor.orchestrator.run.storage import Results
     from privauditor.tasks.results import check_results_dir
 
     results = Results.at(location)
@@ -193,7 +193,7 @@ def identity(record: dict[str, Any]) -> tuple:
 
 def rows_of(record: dict[str, Any], runs: int = 1) -> list[dict[str, Any]]:
     """The record (of any readable version) as leaderboard rows
-    (:func:`privauditor.orchestrator.row_schema.columns`)."""
+    (:func:`privauditor.orchestrator.report.row_schema.columns`)."""
     names = columns()
     record = upgrade(record)
     cell = {k: record[k] for k in fields() if k in names} | {"runs": runs}

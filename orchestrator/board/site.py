@@ -16,7 +16,7 @@ SITE/
 
 No network and nothing outside ``SITE``: the plots are embedded, the diagram is a file beside the pages,
 tables sort on a header click. The pages are jinja2 templates (``templates/board/``, autoescaped) in the
-layout of the results folder's ``leaderboard.html`` (:mod:`privauditor.orchestrator.html`). Equal stores
+layout of the results folder's ``leaderboard.html`` (:mod:`privauditor.orchestrator.report.html`). Equal stores
 give equal bytes (the battery's bootstrap is seeded). The site is built beside ``SITE`` and renamed into
 place; a folder that is not an earlier site is refused.
 """
@@ -32,15 +32,15 @@ from typing import Any
 
 from markupsafe import Markup
 
-from privauditor.orchestrator.battery import diagram
-from privauditor.orchestrator.blocks import fraction_text
-from privauditor.orchestrator.formats import markdown_table, tpr_text
-from privauditor.orchestrator.html import Link, privacy_utility_png, render
-from privauditor.orchestrator.leaderboard import write
+from privauditor.orchestrator.report.battery import diagram
+from privauditor.orchestrator.report.blocks import fraction_text
+from privauditor.orchestrator.report.formats import markdown_table, tpr_text
+from privauditor.orchestrator.report.html import Link, privacy_utility_png, render
+from privauditor.orchestrator.report.leaderboard import write
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.spec import slug
 
-from ..row_schema import arrow_schema, setting_columns
+from ..report.row_schema import arrow_schema, setting_columns
 from .check import valid_records
 from .history import changes, manifests, summary
 from .merge import cell_rows, setting_rows

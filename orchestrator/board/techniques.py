@@ -14,9 +14,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from privauditor.orchestrator import ranking
-from privauditor.orchestrator.battery import ALPHA, Battery
-from privauditor.orchestrator.html import Link, render
+from privauditor.orchestrator.report import ranking
+from privauditor.orchestrator.report.battery import ALPHA, Battery
+from privauditor.orchestrator.report.html import Link, render
 from privauditor.tasks.spec import slug
 
 from .ranked import RANKING_ATTACK, fraction_of

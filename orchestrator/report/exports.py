@@ -2,7 +2,7 @@
 leaderboard: the Hugging Face Hub's evaluation results (``TO/eval_results/``) and Every Eval Ever records
 (``TO/every_eval_ever/``).
 
-What is exported, per cell at its last checkpoint (:func:`privauditor.orchestrator.summary.final`: the
+What is exported, per cell at its last checkpoint (:func:`privauditor.orchestrator.report.summary.final`: the
 rows of the highest ``epoch``; an audit's one checkpoint, whose ``epoch`` is None) and per attack: the AUC,
 the bounds of its 95 % bootstrap interval, and the TPR at 1 % and at 0.1 % FPR (each left out where the
 leaderboard has none, or a non-finite value). Only named leaderboard fields are read, never a row as a

@@ -28,7 +28,7 @@ def pending(specs: list[Any], results: Results) -> list[Any]:
 
 def leaderboard(results: Results) -> list[dict[str, Any]]:
     """Rebuild the leaderboard from the finished cells (fetched from an object store first)."""
-    from .leaderboard import build
+    from ..report.leaderboard import build
 
     results.pull_summaries()
     found = build(results.local)
@@ -41,9 +41,9 @@ def write_findings(
 ) -> str:
     """``findings.md`` and the privacy–utility plots from the leaderboard rows ``found`` (``other``: a
     (name, rows) pair of another folder to rank against); returns the text."""
-    from .findings import findings
-    from .leaderboard import write_html
-    from .plots import privacy_utility_pngs
+    from ..report.findings import findings
+    from ..report.leaderboard import write_html
+    from ..report.plots import privacy_utility_pngs
 
     text = findings(results.local, found, attack, other)
     write_text(results.local / "findings.md", text)

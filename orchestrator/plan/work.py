@@ -2,13 +2,13 @@
 
 A cell's work is split by stage, under the labels its ``cell.json`` ``timings`` will carry (``train``,
 ``utility``, every view's label, ``attacks``, ...), so a finished sweep's timings can be set against it
-(:mod:`~privauditor.orchestrator.calibrate`). A view that reads only un-adapted models is computed once
+(:mod:`~privauditor.orchestrator.plan.calibrate`). A view that reads only un-adapted models is computed once
 once and shared by the cells that read it (its label gains ``" (shared)"``): it is counted once, under
 what it is keyed by (the model and the split; the split alone for a model-free view; the split and the
 tokenizer for the neighbour texts).
 
 Units (:data:`UNITS`): ``forward`` FLOPs of passes without a backward, ``train`` those of training
-passes and of a view's backward passes (:mod:`~privauditor.orchestrator.costs`); ``sequence`` counts the texts of batched forward passes and
+passes and of a view's backward passes (:mod:`~privauditor.orchestrator.plan.costs`); ``sequence`` counts the texts of batched forward passes and
 ``gradient`` those of training or per-sample gradient passes (what a pass costs besides its FLOPs:
 kernel launches, tokenising, Python); ``neighbour`` the masked-LM neighbour texts made; ``attack_record``
 a scored record per attack run (bootstrap, metrics); ``blind_record`` a record of the model-free control's

@@ -1,8 +1,8 @@
 """``privauditor plan``: what a sweep will cost on a cluster, before it runs (no network, no weights).
 
-Each cell's work (:mod:`~privauditor.orchestrator.work`) is priced at a node type's device rates (seconds
+Each cell's work (:mod:`~privauditor.orchestrator.plan.work`) is priced at a node type's device rates (seconds
 per unit: FLOPs at the device's peak times an assumed utilisation, or rates fitted by ``--calibrate``) and
-its memory (:mod:`~privauditor.orchestrator.costs`) is set against the node type's: a cell goes to the
+its memory (:mod:`~privauditor.orchestrator.plan.costs`) is set against the node type's: a cell goes to the
 smallest node type it fits (fewest GPUs, then the cheapest), as Ray's autoscaler packs a request onto the
 node type it fills best, and a cell that fits none is named. Shared work (views of un-adapted models, the
 neighbour texts, the blind control: made once) is charged to the first cell that reads it. Totals: GPU-hours, the
@@ -27,7 +27,7 @@ from privauditor.tasks.errors import PrivauditorError
 from .costs import activation_bytes, plain_state_bytes, zero_state_bytes
 from .work import DTYPE_BYTES, UNITS, CellWork, Tokens, Work, cell_work
 
-PRICES = Path(__file__).resolve().parents[1] / "clusters" / "prices.yaml"
+PRICES = Path(__file__).resolve().parents[2] / "clusters" / "prices.yaml"
 GIB = 2**30
 MISMATCH = "not this kind of node"  # a GPU cell on a CPU node or the reverse: no reason worth a line
 HEADROOM = 0.9  # share of a device's memory a cell may plan to use (the CUDA context, fragmentation)
@@ -181,7 +181,7 @@ def plan_cells(
     sweep: Any, nodes: list[NodeType], tokens_of: Any, best_before_last: float = 1.0
 ) -> list[Planned]:
     """Every cell of ``sweep`` priced on the node type it goes to (``best_before_last``: see
-    :func:`~privauditor.orchestrator.work.cell_work`)."""
+    :func:`~privauditor.orchestrator.plan.work.cell_work`)."""
     from privauditor.tasks.models import resolve_model
 
     from .shapes import shape_of

@@ -8,7 +8,7 @@ from collections import Counter
 
 from privauditor.tasks.errors import PrivauditorError
 
-from . import tables
+from .. import tables
 from .plan import GIB, Planned, load_prices, plan_cells, read_cluster, tokens_for, totals, within_budget
 
 TERA = 1e12
@@ -22,9 +22,9 @@ def plan_report(args: argparse.Namespace) -> str:
 
 
 def _report(args: argparse.Namespace) -> str:
+    from ..run.sweep import load_sweep
     from .calibrate import calibrate, compare, error_summary
     from .shapes import shape_of
-    from .sweep import load_sweep
 
     try:
         sweep = load_sweep(args.sweep, args.set or [])

@@ -1,7 +1,7 @@
 """One results folder's ranking against another's: does the order of techniques carry over?
 
 ``privauditor report DIR --against OTHER`` adds a section to ``DIR/findings.md`` that ranks the
-techniques of both folders by the same battery (:func:`privauditor.orchestrator.battery.battery_of`:
+techniques of both folders by the same battery (:func:`privauditor.orchestrator.report.battery.battery_of`:
 the same attack, the same view, each folder over its own complete blocks), and for the techniques ranked
 in both gives:
 

@@ -4,7 +4,7 @@ What goes out: the leaderboard (``leaderboard.parquet/.csv/.md/.html``: per (cel
 the contract columns), ``plots/`` (the cells' ROC images), ``provenance.json`` (per cell: resolved
 settings, package versions, split and adaptation hashes, training figures, timings), ``eval_results/`` and
 ``every_eval_ever/`` (each cell's last-checkpoint aggregates as Hugging Face Hub evaluation results and
-Every Eval Ever records: :mod:`~privauditor.orchestrator.exports`) and ``published.json``. The same results give the same bytes (no time of publishing is written). What never goes out: sample text, sample ids, token ids, per-sample signals or
+Every Eval Ever records: :mod:`~privauditor.orchestrator.report.exports`) and ``published.json``. The same results give the same bytes (no time of publishing is written). What never goes out: sample text, sample ids, token ids, per-sample signals or
 scores, neighbour texts, split id lists, adapter weights, W&B run files. The folder is built beside the
 target and renamed into place, so nobody reads half of it; a target that is not an earlier publish
 folder is refused, not overwritten. ``--wandb-project`` also logs the leaderboard as a W&B table (mode
@@ -63,8 +63,8 @@ def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[d
         shutil.rmtree(to)
     os.replace(tmp, to)
     if wandb_project:
-        from .sweep import WandbSettings
-        from .tracking import log_leaderboard
+        from ..run.sweep import WandbSettings
+        from ..run.tracking import log_leaderboard
 
         mode = os.environ.get("WANDB_MODE") or "online"
         log_leaderboard(WandbSettings(mode=mode, project=wandb_project), results.name, to, found)

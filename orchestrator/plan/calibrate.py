@@ -1,8 +1,8 @@
 """Device rates fitted to a finished sweep, and predictions set against measurement.
 
-Every ``cell.json`` holds its seconds per stage (``timings``); :func:`~privauditor.orchestrator.work.cell_work`
+Every ``cell.json`` holds its seconds per stage (``timings``); :func:`~privauditor.orchestrator.plan.work.cell_work`
 gives the same stages in units of work. A stage's seconds are taken as a sum of its units times a rate per
-unit (:data:`~privauditor.orchestrator.work.UNITS`), and the rates are fitted by non-negative least squares
+unit (:data:`~privauditor.orchestrator.plan.work.UNITS`), and the rates are fitted by non-negative least squares
 over every (cell, stage), each row weighted by the inverse of its seconds (plus half a second), so a short
 stage counts as much as a long one in relative terms. A cell's own stages are one row each; a split's shared
 stages (computed by whichever of its cells came first) are summed over its cells. Weight bytes are read at

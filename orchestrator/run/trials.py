@@ -81,8 +81,8 @@ def _trial(
     from privauditor.tasks.cell import CellEnvironment, run_cell
     from privauditor.tasks.results import checkpoint_results
 
+    from ..report.plots import roc_png
     from .attack_actor import attack_actor, ray_tasks
-    from .plots import roc_png
     from .ray_train import RayTrainLauncher
     from .storage import Results
     from .view_tasks import adapts, view_task

@@ -128,7 +128,7 @@ def registration(
 ) -> Registration:
     """Whether ``hypothesis`` was pre-registered for a run of the sweep ``sweep`` whose cells record the
     code ``revisions`` (``privauditor_git``) and ran ``seeds`` on ``models`` (see the module docstring)."""
-    root = root or Path(__file__).resolve().parent.parent
+    root = root or Path(__file__).resolve().parents[2]
     formed = hypothesis.formed_on
     other_models = bool(formed.models and models) and not (models & set(formed.models))
     reused = [] if other_models else sorted(seeds & set(formed.seeds))

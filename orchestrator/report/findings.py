@@ -19,7 +19,7 @@ leaks. Everything after it is exploratory, and each family of tests says what it
 - **controls**: the model-free ``blind`` attack's permutation test per split and the un-adapted base.
 
 DP cells, DP violations (listed first, as bugs) and duplication have their own sections
-(:mod:`privauditor.orchestrator.findings_tables`).
+(:mod:`privauditor.orchestrator.report.findings_tables`).
 """
 
 from __future__ import annotations

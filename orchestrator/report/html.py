@@ -40,7 +40,7 @@ def environment():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(
-        loader=PackageLoader("privauditor.orchestrator", "templates"),
+        loader=PackageLoader("privauditor.orchestrator.report", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,

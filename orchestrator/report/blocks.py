@@ -3,7 +3,7 @@
 A **block** is one (model, dataset) pair. Inside it each technique has one trajectory per training seed
 (its rows of one attack, by step); a **view** picks one AUC per (technique, seed): each cell's ``last``
 checkpoint, its ``best`` (lowest validation NLL), or the AUC at a matched utility level
-(:mod:`privauditor.orchestrator.matched`). A technique's value in a block is the mean over its seeds
+(:mod:`privauditor.orchestrator.report.matched`). A technique's value in a block is the mean over its seeds
 (seeds are replicates of the block, not blocks). ``none``, the un-adapted base, is the control: it is
 reported, never ranked.
 

@@ -1,0 +1,1 @@
+"""The orchestrator's planning: what a sweep will cost before it runs."""

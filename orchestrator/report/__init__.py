@@ -1,0 +1,1 @@
+"""The orchestrator's reporting: the leaderboard and its row schema, findings, statistics, pages, exports."""
