@@ -96,3 +96,23 @@ def test_two_attacks_on_neighbours_with_other_k_each_get_their_own(tmp_path, toy
     assert population.column("sample_id").to_pylist() == ids["population"] and len(ids["population"]) == 6
     assert not set(ids["population"]) & set(ids["members"]) and "population" in record["provenance"]["split"]
     assert 0 <= outcome.metrics["population_rank"]["auc"] <= 1
+
+
+def test_every_registered_view_keeps_the_view_contract_and_some_attack_reads_it():
+    """Each view: registered under its file stem, a positive version, the models and split parts it reads
+    among the known ones, a cost of non-negative passes, and at least one registered attack that reads it
+    (a view no attack reads is dead code)."""
+    import dataclasses
+
+    from privauditor.tasks.views import VIEWS
+    from privauditor.tasks.views._base import PART_MEMBERS
+
+    read = {view.name for _, cls in ATTACKS.items() for view in cls().views().values()}
+    for name, cls in VIEWS.items():
+        view = cls()
+        assert cls.name == name and cls.__module__.endswith(f".{name}"), name
+        assert isinstance(cls.version, int) and cls.version >= 1, name
+        assert set(view.models()) <= {"target", "reference"}, name
+        assert set(view.parts()) <= {"scored", *PART_MEMBERS}, name
+        assert all(v >= 0 for v in dataclasses.astuple(view.cost())), name
+        assert name in read, f"no registered attack reads view {name!r}"
