@@ -77,13 +77,13 @@ def test_attack_actor_runs_on_its_trials_node(cluster):
 
     from privauditor.orchestrator.run.attack_actor import ray_tasks
 
-    def node() -> str:
+    def node(_job: object = None) -> str:
         return ray.get_runtime_context().get_node_id()
 
     @ray.remote(num_cpus=1)
     def trial_like():  # one per node: each node has 1 CPU
         time.sleep(1)  # the three hold every CPU at once, as a sweep's trials do
-        return node(), ray_tasks(node, [()] * 3)
+        return node(), ray_tasks(node, [None] * 3)
 
     placed = ray.get([trial_like.remote() for _ in range(3)])
     assert len({here for here, _ in placed}) == 3
