@@ -40,7 +40,19 @@ def _loader() -> type:
     import yaml
 
     class Loader(yaml.SafeLoader):
-        """PyYAML's safe loader, with exponent floats written without a dot read as floats."""
+        """PyYAML's safe loader, with exponent floats written without a dot read as floats, and a key
+        given twice in one mapping an error (PyYAML keeps the last one silently)."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep)
 
     Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))

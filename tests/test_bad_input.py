@@ -65,6 +65,8 @@ def audit(tmp, model, adapter):
 # (case, argv builder (tmp, out, adapter) -> argv, fragment of the one-line error)
 CASES = [
     ("malformed YAML", lambda t, o, a: ["validate", write(t / "s.yaml", "matrix: [tiny-gpt2\n")], "not valid YAML"),
+    ("key given twice", lambda t, o, a: ["validate", write(t / "s.yaml", "seeds: [0]\nseeds: [1]\n")],
+     "line 2: not valid YAML (key 'seeds' is given twice)"),
     ("unknown key", lambda t, o, a: ["validate", sweep_file(t, epochz=3)], "unknown sweep key 'epochz'"),
     ("unknown model", lambda t, o, a: CELL[:2] + ["tiny-lama"] + CELL[3:] + ["--out", o], "did you mean 'tiny-llama'"),
     ("unknown adaptation", lambda t, o, a: CELL[:4] + ["lorra"] + CELL[5:] + ["--out", o], "did you mean 'lora'"),

@@ -175,3 +175,19 @@ def test_a_cell_past_its_time_limit_fails_and_the_others_finish(ray_session, tmp
     assert "FAILED tiny-gpt2__lora__" in printed and "cell_timeout_s = 20 s (in training)" in printed
     done = [p.parent.name for p in (tmp_path / "results" / "cells").glob("*/DONE")]
     assert len(done) == 1 and "__none__" in done[0]
+
+
+def test_a_trial_the_local_machine_can_never_hold_is_refused_not_waited_for(ray_session, tmp_path, capsys):
+    """spv_mia's view task takes a second bundle on the trial's node: at 2 CPUs a trial on this 2-CPU Ray
+    instance asks for 4, which Tune would wait for for ever. The run says so in one line, before any cell."""
+    sweep = json.loads(json.dumps(SWEEP))
+    sweep["matrix"]["adaptation"] = ["lora"]
+    sweep["attacks"] = ["loss", "spv_mia"]
+    sweep["split"] |= {"population": 8}
+    sweep["run"]["cpus_per_trial"] = 2
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    assert main(["run", str(path), "--out", str(tmp_path / "results")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "asks for 4 CPUs on one node (two bundles: the trial and its view task)" in error
+    assert "this machine has 2" in error and not list((tmp_path / "results" / "cells").glob("*/DONE"))

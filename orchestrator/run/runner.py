@@ -75,7 +75,7 @@ def run_sweep(
     import yaml
 
     from . import bases
-    from .trials import ray_session, run_trials
+    from .trials import check_placeable, ray_session, run_trials
 
     results = Results.at(out)
     results.fetch("privauditor.json")  # an object store's marker decides, as a folder's does
@@ -109,6 +109,7 @@ def run_sweep(
             print(f"  dropped {dropped.model} x {dropped.adaptation}: {dropped.reason}")
         if todo:
             stack.enter_context(ray_session(address, verbose))
+            check_placeable(sweep, todo, address)
             failures = run_trials(sweep, todo, results, lambda: leaderboard(results), max_concurrent, verbose)
     failed = {cell_id for cell_id, _ in failures}
     interrupted = [s.cell_id() for s in pending(specs, results) if s.cell_id() not in failed]

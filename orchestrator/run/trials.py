@@ -63,6 +63,32 @@ def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:
     return {"CPU": float(cpus)} | ({"GPU": gpus} if gpus else {})
 
 
+def check_placeable(sweep: Any, todo: list[Any], address: str | None) -> None:
+    """On the local Ray instance (``address`` None: it never grows, unlike an autoscaling cluster), a
+    one-line error for the first cell whose trial can never be placed: its bundles (two on one node where
+    a view adapts a model of its own, ``spv_mia``) ask for more CPUs or GPUs than the machine has, and
+    Tune would wait for them for ever."""
+    if address is not None:
+        return
+    import ray
+
+    from privauditor.tasks.errors import PrivauditorError
+
+    from .view_tasks import bundles
+
+    has = ray.cluster_resources()
+    for spec in todo:
+        found, _ = bundles(spec, trial_resources(spec, sweep.run, has.get("GPU", 0) > 0))
+        for kind in ("CPU", "GPU"):
+            asked = sum(b.get(kind, 0.0) for b in found)
+            if asked > has.get(kind, 0.0):
+                two = " (two bundles: the trial and its view task)" if len(found) > 1 else ""
+                raise PrivauditorError(
+                    f"cell {spec.cell_id()} asks for {asked:g} {kind}s on one node{two}, and this machine has "
+                    f"{has.get(kind, 0.0):g}: lower run.cpus_per_trial / run.gpus_per_trial in the sweep file"
+                )
+
+
 def _trial(
     config: dict[str, Any],
     out: str,
