@@ -177,7 +177,7 @@ def execute(
             "seconds": result.seconds,
             "epoch_losses": result.epoch_losses,
         },
-        "defence": {"name": "none"} if guard is None else guard.record(result.steps),
+        "defence": {"name": spec.defence} | ({} if guard is None else guard.record(result.steps)),
         "utility_loss": final["utility_loss"],
         "device": str(next(model.parameters()).device),
         "n_members": len(split.members),
