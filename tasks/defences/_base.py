@@ -30,9 +30,9 @@ class TrainingRun:
 class Guard:
     """A defence's hooks for one training run. ``loop``: fields of
     :class:`~privauditor.tasks.training.Loop` it sets (``make_step``, ``sampler``); ``record(steps)``: the
-    ``defence`` block of ``cell.json`` after that many steps (its ``name`` added); ``spent(step)``: the ε spent by a step
-    (None for a defence that claims no ε): each checkpoint records it, and an attack whose empirical
-    lower bound exceeds it is a violation."""
+    ``defence`` block of ``cell.json`` after that many steps (its ``name`` added); ``spent(step)``: the ε
+    spent by a step (None for a defence that claims no ε): each checkpoint records it, and an attack
+    whose empirical lower bound exceeds it is a violation."""
 
     loop: dict[str, Any] = field(default_factory=dict)
     record: Callable[[int], dict[str, Any]] = lambda steps: {}
