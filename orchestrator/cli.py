@@ -52,6 +52,7 @@ def _cell(args: argparse.Namespace) -> int:
 
     from .report.plots import roc_png
     from .run.matrix import check_cell
+    from .run.trials import local_launcher
 
     settings = {
         "model": args.model,
@@ -63,7 +64,7 @@ def _cell(args: argparse.Namespace) -> int:
     check_cell(config.model, config.adaptation)
     spec = config.resolve()
     out = Path(args.out)
-    outcome = run_cell(spec, out, CellEnvironment(distributed=_local_launcher(spec)))
+    outcome = run_cell(spec, out, CellEnvironment(distributed=local_launcher(spec)))
     state = "already done" if outcome.skipped else "done"
     print(f"cell {outcome.cell_id} {state}: {outcome.path}")
     audited = checkpoint_results(outcome.path)
@@ -79,25 +80,6 @@ def _cell(args: argparse.Namespace) -> int:
     png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     print(f"ROC (log-log): {png}")
     return 0
-
-
-def _local_launcher(spec) -> object | None:
-    """A Ray Train launcher on a local Ray for a cell that trains under DeepSpeed, else None."""
-    if spec.train.deepspeed is None:
-        return None
-    import os
-
-    import ray
-    import torch
-
-    from .run.ray_train import RayTrainLauncher
-    from .run.trials import forwarded_env
-
-    gpus = 1.0 if torch.cuda.is_available() else 0.0
-    if not ray.is_initialized():  # logical CPUs: one per worker plus this process, even on fewer cores
-        cpus = max(os.cpu_count() or 1, spec.train.workers + 1)
-        ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": forwarded_env()})
-    return RayTrainLauncher(cpus_per_worker=1.0, gpus_per_worker=gpus)
 
 
 def _validate(args: argparse.Namespace) -> int:

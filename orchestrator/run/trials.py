@@ -233,3 +233,21 @@ def _quiet(quiet: bool) -> Iterator[None]:
             del os.environ["RAY_AIR_NEW_OUTPUT"]
         else:
             os.environ["RAY_AIR_NEW_OUTPUT"] = reporter
+
+
+def local_launcher(spec: Any) -> Any:
+    """A Ray Train launcher on a local Ray for a cell that trains under DeepSpeed, else None."""
+    if spec.train.deepspeed is None:
+        return None
+    import os
+
+    import ray
+    import torch
+
+    from .ray_train import RayTrainLauncher
+
+    gpus = 1.0 if torch.cuda.is_available() else 0.0
+    if not ray.is_initialized():  # logical CPUs: one per worker plus this process, even on fewer cores
+        cpus = max(os.cpu_count() or 1, spec.train.workers + 1)
+        ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": forwarded_env()})
+    return RayTrainLauncher(cpus_per_worker=1.0, gpus_per_worker=gpus)
