@@ -214,7 +214,7 @@ def audit_checkpoints(
     ties) gets the costly attacks too. An attack whose empirical lower bound on ε exceeds what a DP run
     has spent is listed under ``dp_violations`` and logged as a bug."""
     from .adaptations.icl import write_demonstrations
-    from .attacks import build_attack
+    from .cell_plan import plan_cell
     from .defences import default_delta, get_defence
     from .evaluate import Evaluate, evaluate
     from .scorer import Scorer, identity_of
@@ -247,23 +247,23 @@ def audit_checkpoints(
         utilities[step] = clock("utility", utility)
     best = min(utilities, key=lambda s: (utilities[s], s))
     last = checkpoints[-1][1]
+    steps = [step for _, step in checkpoints]
+    plan = plan_cell(spec, best=steps.index(best))
     parts = {part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")}
     audited = []
     shown = Progress(
         f"auditing {len(checkpoints)} checkpoints ({len(spec.attacks)} attacks)", len(checkpoints)
     )
-    for epoch, step in checkpoints:
+    for (epoch, step), stage in zip(checkpoints, plan.checkpoints, strict=True):
         load_snapshot(model, trained.snapshots, step)
         folder = cell_dir if step == last else cell_dir / checkpoint_path(step)
-        built = {a.name: build_attack(a.name, a.params) for a in spec.attacks}
-        attacks = [a for a in spec.attacks if built[a.name].runs_at(step, last, best)]
-        # Untrained, a technique that starts as the base is the base's function: attacks that read only
-        # signals take the base's, which the split shares (its parameters differ: costly views never do).
-        as_base = step == 0 and technique.starts_as_base and all(built[a.name].cheap for a in attacks)
+        attacks = [a for a in spec.attacks if a.name in stage.runs]
+        # Untrained, a technique that starts as the base is the base's function (``stage.as_base``):
+        # attacks that read only signals take the base's, which the split shares.
         adaptation_hash = "none"
         if demonstrations is not None:
             adaptation_hash = write_demonstrations(demonstrations, folder)
-        elif technique.trains and not as_base:
+        elif stage.saves:
             clock("save", lambda folder=folder: technique.save(model, folder / "adapter"))
             adaptation_hash = directory_hash(folder / "adapter")
         identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pyarrow.parquet as pq
 import pytest
@@ -69,6 +71,37 @@ def test_costly_attacks_run_at_the_last_and_the_best_checkpoint_only(tmp_path):
     }
     assert {r["epoch"]: r["utility_loss"] for r in table} == utilities
     assert {r["epoch"] for r in table if r["best"]} == {best}
+    plan_ran_the_cell(outcome.path, record)
+
+
+def plan_ran_the_cell(cell_dir, record):
+    """The cell did what its plan says, in a process without torch: the attacks per checkpoint, an
+    adapter saved where the plan saves one, every view file in the store the plan names, and every timed
+    stage under a label the plan has."""
+    code = (
+        "import json, sys; from privauditor.tasks.spec import CellSpec; "
+        "from privauditor.tasks.cell_plan import plan_cell; "
+        "record = json.load(open(sys.argv[1])); "
+        "best = [c['best'] for c in record['checkpoints']].index(True); "
+        "plan = plan_cell(CellSpec.from_dict(record['config']), best=best); "
+        "assert 'torch' not in sys.modules, 'the plan imported torch'; "
+        "print(json.dumps({'stages': plan.stages, 'checkpoints': [{'runs': c.runs, 'saves': c.saves, "
+        "'views': {s.view.name: s.shared for s in c.views}, 'labels': [s.label for s in c.views]} "
+        "for c in plan.checkpoints]}))"
+    )
+    found = subprocess.run([sys.executable, "-c", code, str(cell_dir / "cell.json")], capture_output=True,
+                           text=True, check=True)  # fmt: skip
+    plan = json.loads(found.stdout)
+    labels = set(plan["stages"])
+    for planned, checkpoint in zip(plan["checkpoints"], record["checkpoints"], strict=True):
+        assert planned["runs"] == checkpoint["attacks"]
+        assert planned["saves"] == (cell_dir / checkpoint["path"] / "adapter").is_dir()
+        for attack, files in checkpoint["views"].items():
+            for file in files.values():
+                view = file.split("/views/")[1].split("/")[0]
+                assert planned["views"][view] == file.startswith("shared/"), (attack, file)
+        labels |= set(planned["labels"])
+    assert set(record["timings"]) <= labels, set(record["timings"]) - labels
 
 
 def test_the_base_has_one_checkpoint_at_epoch_zero_whatever_the_sweep_trains(tmp_path):

@@ -170,7 +170,8 @@ def test_calibration_recovers_the_rates_a_runs_timings_came_from(tmp_path):
         if spec.adaptation == "full" and spec.model == "tiny-opt":
             ran[0] = ran[1]  # the best checkpoint came first
         ran = ran[-len(spec.train.checkpoints) :]
-        work = cell_work(spec, shape_of, tokens_of, ran)
+        best = 0 if ran[0] == ran[-1] else len(ran) - 1
+        work = cell_work(spec, shape_of, tokens_of, best)
         timings = {label: seconds(dict(units), known) for label, units in work.own.stages.items()}
         timings["load_model"] += known["process"] * (index < 2)
         for key, shared in work.shared.items():
@@ -181,12 +182,12 @@ def test_calibration_recovers_the_rates_a_runs_timings_came_from(tmp_path):
         folder = tmp_path / "results" / "cells" / f"cell{index}"
         folder.mkdir(parents=True)
         record = {"cell_id": f"cell{index}", "config": spec.to_dict(), "timings": timings,
-                  "checkpoints": [{"attacks": a} for a in ran], "runtime": {"pid": index % 2, "ray_node_id": "n"}}  # fmt: skip
+                  "checkpoints": [{"attacks": a, "best": i == best} for i, a in enumerate(ran)], "runtime": {"pid": index % 2, "ray_node_id": "n"}}  # fmt: skip
         (folder / "cell.json").write_text(json.dumps(record, default=str))
         (folder / "DONE").write_text(json.dumps({"finished": f"2026-01-01T00:00:{index:02d}Z"}))
     finished = finished_cells(tmp_path / "results")
     assert [c.first for c in finished[:3]] == [True, True, False]
-    works = [cell_work(c.spec, shape_of, tokens_of, c.ran) for c in finished]
+    works = [cell_work(c.spec, shape_of, tokens_of, c.best) for c in finished]
     rows = observations(finished, works)
     assert any("blind_record" in units for units, _ in rows)  # the split's shared stages are rows too
     rates = calibrate(tmp_path / "results", known["load_byte"], shape_of, tokens_of)

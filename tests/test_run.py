@@ -127,7 +127,7 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     assert {"signals (shared)", "signals(model=reference) (shared)"} & set(rows), sorted(rows)
     # the planner knows every stage a cell timed, under the same label (what calibration fits)
     for cell in finished_cells(out):
-        work = cell_work(cell.spec, shape_of, tokens_for(), cell.ran)
+        work = cell_work(cell.spec, shape_of, tokens_for(), cell.best)
         planned = set(work.own.stages) | {label for shared in work.shared.values() for label in shared.stages}
         assert set(cell.timings) <= planned, (cell.cell_id, set(cell.timings) - planned)
 

@@ -30,7 +30,8 @@ FITTED = tuple(u for u in UNITS if u != "load_byte")
 class Finished:
     spec: Any
     timings: dict[str, float]
-    ran: list[list[str]]
+    ran: list[list[str]]  # the attacks each checkpoint ran
+    best: int | None  # the index of the best checkpoint (None: a record that does not say)
     cell_id: str
     first: bool  # the first cell its worker process finished (it paid the process's imports and loads)
 
@@ -42,9 +43,11 @@ def finished_cells(results: str | Path) -> list[Finished]:
     cells, order = [], []
     for done in sorted(Path(results).glob("cells/*/DONE")):
         record = json.loads((done.parent / "cell.json").read_text())
-        ran = [c.get("attacks", []) for c in record.get("checkpoints", [])]
+        checkpoints = record.get("checkpoints", [])
+        ran = [c.get("attacks", []) for c in checkpoints]
+        best = next((i for i, c in enumerate(checkpoints) if c.get("best")), None)
         spec = CellSpec.from_dict(record["config"])
-        cells.append(Finished(spec, record.get("timings", {}), ran, record["cell_id"], False))
+        cells.append(Finished(spec, record.get("timings", {}), ran, best, record["cell_id"], False))
         runtime = record.get("runtime", {})
         order.append(
             (json.loads(done.read_text()).get("finished", ""), runtime.get("ray_node_id"), runtime.get("pid"))
@@ -133,7 +136,7 @@ def calibrate(results: str | Path, load_byte: float, shape_of: Any, tokens_of: A
     """Rates fitted to a finished sweep's timings, and the share of trajectories whose best checkpoint came
     before the last (``best_before_last``)."""
     cells = finished_cells(results)
-    works = [cell_work(c.spec, shape_of, tokens_of, c.ran) for c in cells]
+    works = [cell_work(c.spec, shape_of, tokens_of, c.best) for c in cells]
     return fit(observations(cells, works), load_byte) | {"best_before_last": best_before_last(cells)}
 
 

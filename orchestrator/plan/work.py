@@ -24,12 +24,9 @@ model's tokenizer are at hand without the network (offline datasets and bases, l
 from __future__ import annotations
 
 import functools
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
-
-from privauditor.tasks.defences import get_defence
 
 from .costs import Shape, forward_flops, train_flops
 
@@ -85,26 +82,22 @@ class CellWork:
 
 
 def cell_work(
-    spec: Any,
-    shape_of: Any,
-    tokens_of: Any,
-    ran: list[list[str]] | None = None,
-    best_before_last: float = 1.0,
+    spec: Any, shape_of: Any, tokens_of: Any, best: int | None = None, best_before_last: float = 1.0
 ) -> CellWork:
-    """The work of a resolved cell (a ``CellSpec``); ``shape_of(model)`` gives a :class:`Shape`,
-    ``tokens_of(dataset, model, max_length)`` :class:`Tokens`. Attacks that are not cheap run at the last
-    checkpoint and the best, which is not known before the run: counted at the last and, with weight
-    ``best_before_last`` (the chance that the best is an earlier one; 1 is the upper bound), at one more,
-    unless ``ran`` gives the attacks each checkpoint ran (a finished cell's record)."""
-    from privauditor.tasks.adaptations import build_adaptation
+    """The work of a resolved cell (a ``CellSpec``) as its plan (:func:`~privauditor.tasks.cell_plan.plan_cell`)
+    has it; ``shape_of(model)`` gives a :class:`Shape`, ``tokens_of(dataset, model, max_length)``
+    :class:`Tokens`. ``best``: the index of the best checkpoint where it is known (a finished cell's
+    record); before the run the costly attacks are counted at the last checkpoint and, with weight
+    ``best_before_last``, at the one before."""
+    from privauditor.tasks.cell_plan import plan_cell
     from privauditor.tasks.models import resolve_model
 
     from .shapes import trainable_params
 
-    technique = build_adaptation(spec.adaptation, spec.adaptation_params)
+    plan = plan_cell(spec, best, best_before_last)
+    technique = plan.technique
     shape, tokens = shape_of(spec.model), tokens_of(spec.dataset, spec.model, spec.train.max_length)
-    ref_name = spec.reference or spec.model
-    ref_shape = shape_of(ref_name)
+    ref_shape = shape_of(spec.reference or spec.model)
     split = spec.split
     parts = {"scored": split.members + split.nonmembers, "population": split.population,
              "known_members": split.known_members}  # fmt: skip
@@ -128,58 +121,32 @@ def cell_work(
         own.add("train", train=passes * flops, gradient=passes)
     else:
         own.add("train", cell=1)  # a technique that trains nothing still passes through the training step
-    defence = get_defence(spec.defence)
-    if defence is not None:
-        own.add(defence.stage, cell=1)  # building its guard (DP-SGD: the noise multiplier for the target ε)
-    checkpoints = list(spec.train.checkpoints)
-    n_checkpoints = len(checkpoints)
+    if plan.defence_stage is not None:  # building its guard (DP-SGD: the noise multiplier for the target ε)
+        own.add(plan.defence_stage, cell=1)
+    n_checkpoints = len(plan.checkpoints)
     own.add("utility", forward=n_checkpoints * split.validation * forward_flops(shape, seq[0], 1, seq[1]),
             sequence=n_checkpoints * split.validation)  # fmt: skip
-    # a step-0 checkpoint of a technique that starts as the base reads the base's shared signals (only cheap
-    # attacks run there once there are more than two checkpoints: the best stands one before the last)
-    as_base = technique.starts_as_base and checkpoints[0] == 0 and n_checkpoints > 2
     if technique.trains:
-        own.add("save", cell=n_checkpoints - as_base)
-    target_shared = not (technique.trains or technique.in_context)
-    models_of = {
-        "target": (spec.model, "base" if target_shared else "adapted"),
-        "reference": (ref_name, "base"),
-    }
+        own.add("save", cell=sum(c.saves for c in plan.checkpoints))
     seqs = {"target": seq, "reference": _lengths(ref_shape, tokens, 0, 0, spec.train.max_length)}
     shapes = {"target": shape, "reference": ref_shape}
-    seen: set[tuple] = set()
-    for index in range(n_checkpoints):
-        base_now = target_shared or (as_base and index == 0)
-        models_of["target"] = (spec.model, "base" if base_now else "adapted")
-        views: dict[tuple, tuple[Any, float]] = {}
-        for attack_spec in spec.attacks:
-            attack, attack_views = _attack(attack_spec.name, json.dumps(attack_spec.params, sort_keys=True))
-            weight = (
-                _runs(attack, index, n_checkpoints, best_before_last)
-                if ran is None
-                else float(attack_spec.name in ran[index])
-            )
+    made_texts: set[str] = set()
+    for checkpoint in plan.checkpoints:
+        for weight in checkpoint.attacks.values():
             own.add("attacks", attack_record=weight * parts["scored"])
-            for view in attack_views if weight else ():
-                key = (view.name, json.dumps(view.key_parameters(), sort_keys=True, default=str),
-                       tuple(models_of[m] for m in view.models()), view.parts())  # fmt: skip
-                first, was = views.get(key, (view, 0.0))  # the label of the first (as a cell computes them)
-                views[key] = (first, max(weight, was))
-        for key, (view, weight) in views.items():
-            is_shared = all(identity[1] == "base" for identity in key[2])
-            if is_shared and key in seen:
+        for stage in checkpoint.views:
+            if not stage.computed:
                 continue
-            seen.add(key)
-            role = "target" if "target" in view.models() else "reference"
-            label = view.label + (SHARED if is_shared else "")
-            where = shared[keys["model" if view.models() else "data"]] if is_shared else own
-            _add_view(where, label, view, parts, (shapes[role], seqs[role]), trainable_matmul,
-                      1.0 if is_shared else weight)  # fmt: skip
-            made = view.cost().shared_forward * parts["scored"]
-            if made and ("neighbours", view.label) not in seen:  # the neighbour texts: made once a split
-                seen.add(("neighbours", view.label))
+            where = shared[keys["model" if stage.models else "data"]] if stage.shared else own
+            model = (shapes[stage.role], seqs[stage.role])
+            _add_view(where, stage, parts, model, trainable_matmul, 1.0 if stage.shared else stage.weight)
+            made = stage.cost.shared_forward * parts["scored"]
+            if made and stage.view.label not in made_texts:  # the neighbour texts: made once a split
+                made_texts.add(stage.view.label)
                 shared[keys["texts"]].add(
-                    view.label + SHARED, neighbour=made, forward=made * forward_flops(_masked_lm(), seq[0])
+                    stage.view.label + SHARED,
+                    neighbour=made,
+                    forward=made * forward_flops(_masked_lm(), seq[0]),
                 )
     return CellWork(own, shared, data_key, trainable, shape, tokens, technique)
 
@@ -192,39 +159,20 @@ def _lengths(shape: Shape, tokens: Tokens, extra: int, demos: int, max_length: i
     return round(min(tokens.text * (1 + demos), max_length * (1 + demos)) + extra), 0
 
 
-def _runs(attack: Any, index: int, n_checkpoints: int, best_before_last: float) -> float:
-    """How surely ``attack`` runs at checkpoint ``index`` (1: every checkpoint's cheap attacks and the
-    last's; ``best_before_last`` at the one before, standing for the best; else 0)."""
-    last = index == n_checkpoints - 1
-    if attack.checkpoints == "last":
-        return float(last)
-    if attack.cheap or last:
-        return 1.0
-    return best_before_last if index == n_checkpoints - 2 else 0.0
-
-
-def _add_view(work: Work, label: str, view: Any, parts: dict[str, int], model: tuple[Shape, tuple[int, int]],
+def _add_view(work: Work, stage: Any, parts: dict[str, int], model: tuple[Shape, tuple[int, int]],
               trainable_matmul: int, weight: float) -> None:  # fmt: skip
-    """Price ``view`` on ``parts`` for a model of that (shape, (prompt, target) tokens per text)."""
-    (shape, seq), cost = model, view.cost()
-    texts = weight * (sum(parts.get(p, 0) for p in view.parts() if p in parts) or parts["scored"])
-    if not view.models():  # model-free: the blind control's permutation test, or token counts
-        work.add(label, blind_record=texts if view.name == "blind" else 0, cell=weight)
+    """Price a view stage of a cell's plan on ``parts`` for a model of that (shape, (prompt, target)
+    tokens per text)."""
+    (shape, seq), cost = model, stage.cost
+    texts = weight * (sum(parts.get(p, 0) for p in stage.parts if p in parts) or parts["scored"])
+    if not stage.models:  # model-free: the blind control's permutation test, or token counts
+        work.add(stage.label, blind_record=cost.records * texts, cell=weight)
         return
     per_text = forward_flops(shape, seq[0], 1, seq[1])
-    work.add(label, forward=cost.forward * texts * per_text, sequence=cost.forward * texts)
+    work.add(stage.label, forward=cost.forward * texts * per_text, sequence=cost.forward * texts)
     if cost.backward:
         backward = train_flops(shape, seq[0], 1, trainable_matmul, seq[1]) - per_text
-        work.add(label, train=cost.backward * texts * backward, gradient=cost.backward * texts)
-
-
-@functools.cache
-def _attack(name: str, params: str) -> tuple[Any, tuple[Any, ...]]:
-    """An attack and the views it reads (built once: a sweep asks for the same ones in every cell)."""
-    from privauditor.tasks.attacks import build_attack
-
-    attack = build_attack(name, json.loads(params))
-    return attack, tuple(attack.views().values())
+        work.add(stage.label, train=cost.backward * texts * backward, gradient=cost.backward * texts)
 
 
 @functools.cache

@@ -17,10 +17,11 @@ from typing import Any
 
 
 def adapts(cell: Any) -> bool:
-    """The cell (a resolved spec) runs an attack with a view that adapts a model of its own."""
-    from privauditor.tasks.attacks import build_attack
+    """The cell (a resolved spec) runs an attack with a view that adapts a model of its own (its plan
+    says)."""
+    from privauditor.tasks.cell_plan import plan_cell
 
-    return any(view.adapts for a in cell.attacks for view in build_attack(a.name, a.params).views().values())
+    return plan_cell(cell).adapts
 
 
 def bundles(cell: Any, resources: dict[str, float]) -> tuple[list[dict[str, float]], str]:

@@ -39,11 +39,12 @@ SHARED = " (shared)"
 
 @dataclass(frozen=True)
 class Cost:
-    """What a view costs per scored text, in passes through a model."""
+    """What a view costs per scored text: passes through a model, or records of model-free work."""
 
     forward: float = 0.0  # forward passes through the model the view reads
     backward: float = 0.0  # backward passes through it
     shared_forward: float = 0.0  # forward passes of work done once per split and shared by its cells
+    records: float = 0.0  # records a model-free view fits on (the blind control's permutation test)
 
     def __add__(self, other: Cost) -> Cost:
         return Cost(
