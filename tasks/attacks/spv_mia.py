@@ -19,6 +19,9 @@ Choices, following the paper's code (tsinghua-fib-lab/NeurIPS2024_SPV-MIA):
 - Self-prompt texts and the reference: the ``self_prompted`` view (16 prompt tokens from each record of the
   split's ``population``, one sample per prompt, the target's technique for 2 epochs); the target's T and
   the reference's R score the same texts and the same neighbours.
+- Deviation: the reference trains at the target's learning rate; the authors' commands train it at half
+  the target's (``ft_llms/run_llama.sh`` @ df01b144: line 7, the target, ``-e 10 ... -lr 1e-4``; line 35,
+  the self-prompt reference, ``-e 2 ... -lr 5e-5``), a choice their README (line 75) does not state.
 
 The attack adapts a model of its own at each checkpoint it runs at, so it runs at the last alone
 (``checkpoints = "last"``), and it is not in the default sweep (``attacks=[..., spv_mia]`` adds it; it needs

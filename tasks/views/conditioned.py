@@ -13,6 +13,12 @@ so the two likelihoods compare the same tokens. Shots that would push a text pas
 dropped from the front of P, the rule of the ReCaLL code; the number kept is stored with the table
 (metadata key ``privauditor.shots``).
 
+Deviations from the authors' code: it joins raw records with nothing (ruoyuxie/recall @ c2316410,
+``src/run.py`` line 107, ``"".join(prefix)``; WangCheng0116/CON-RECALL @ 8c2bb7e6, ``run.py`` lines
+100-101), where P here writes each record as trained (prompt, then target) and ends it with a newline,
+so that records stay apart; its code also tokenises prefix and text apart and concatenates the ids
+(``src/run.py`` lines 75-78), where here P goes in front of the text's prompt as above.
+
 ``rows="held_out"`` scores, instead of the scored texts, the records of ``population`` and
 ``known_members`` that no prefix holds (each part past its first ``shots``), with their membership and
 their unconditioned NLL: labelled texts outside the scored ones, on which Con-ReCaLL picks its γ. Its
