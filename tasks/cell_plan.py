@@ -161,15 +161,15 @@ def _views(
 
 def _weight(attack: Any, index: int, count: int, best: int | None, best_before_last: float) -> float:
     """How surely ``attack`` runs at checkpoint ``index`` of ``count``: by its own rule
-    (:meth:`~privauditor.tasks.attacks._base.Attack.runs_at`) where the best is known; before the run a
-    cheap attack at every checkpoint, another at the last and, with weight ``best_before_last``, at the
-    one before, standing for the best."""
+    (:meth:`~privauditor.tasks.attacks._base.Attack.runs_at`) where the best is known; before the run,
+    where it runs were the best the last, and with weight ``best_before_last`` at the one before, where
+    it would run were that one the best."""
     last = count - 1
     if best is not None:
         return float(attack.runs_at(index, last, best))
-    if index == last or (attack.cheap and attack.checkpoints != "last"):
+    if attack.runs_at(index, last, last):  # it runs here whichever checkpoint is best
         return 1.0
-    return best_before_last if index == last - 1 and attack.checkpoints != "last" else 0.0
+    return best_before_last if index == last - 1 and attack.runs_at(index, last, index) else 0.0
 
 
 @functools.cache

@@ -30,24 +30,21 @@ FITTED = tuple(u for u in UNITS if u != "load_byte")
 class Finished:
     spec: Any
     timings: dict[str, float]
-    ran: list[list[str]]  # the attacks each checkpoint ran
     best: int | None  # the index of the best checkpoint (None: a record that does not say)
     cell_id: str
     first: bool  # the first cell its worker process finished (it paid the process's imports and loads)
 
 
 def finished_cells(results: str | Path) -> list[Finished]:
-    """The finished cells of a results folder, with their timings and the attacks each checkpoint ran."""
+    """The finished cells of a results folder, with their timings and their best checkpoints."""
     from privauditor.tasks.spec import CellSpec
 
     cells, order = [], []
     for done in sorted(Path(results).glob("cells/*/DONE")):
         record = json.loads((done.parent / "cell.json").read_text())
-        checkpoints = record.get("checkpoints", [])
-        ran = [c.get("attacks", []) for c in checkpoints]
-        best = next((i for i, c in enumerate(checkpoints) if c.get("best")), None)
+        best = next((i for i, c in enumerate(record.get("checkpoints", [])) if c.get("best")), None)
         spec = CellSpec.from_dict(record["config"])
-        cells.append(Finished(spec, record.get("timings", {}), ran, best, record["cell_id"], False))
+        cells.append(Finished(spec, record.get("timings", {}), best, record["cell_id"], False))
         runtime = record.get("runtime", {})
         order.append(
             (json.loads(done.read_text()).get("finished", ""), runtime.get("ray_node_id"), runtime.get("pid"))
@@ -121,15 +118,11 @@ def fit(rows: list[tuple[dict[str, float], float]], load_byte: float) -> dict[st
 def best_before_last(cells: list[Finished]) -> float:
     """The share of trajectories (cells with more than one checkpoint) whose best checkpoint was not the
     last: those ran their costly attacks twice."""
-    from privauditor.tasks.attacks import build_attack
-
-    trajectories = [c for c in cells if len(c.ran) > 1]
+    trajectories = [c for c in cells if len(c.spec.train.checkpoints) > 1]
     if not trajectories:
         return 1.0
-    costly = {
-        a.name for c in trajectories for a in c.spec.attacks if not build_attack(a.name, a.params).cheap
-    }
-    return sum(any(set(r) & costly for r in c.ran[:-1]) for c in trajectories) / len(trajectories)
+    earlier = [c.best is not None and c.best < len(c.spec.train.checkpoints) - 1 for c in trajectories]
+    return sum(earlier) / len(trajectories)
 
 
 def calibrate(results: str | Path, load_byte: float, shape_of: Any, tokens_of: Any) -> dict[str, float]:
