@@ -21,6 +21,9 @@ targets scored after their prompts), it times, side by side in one run:
   of each tensor's standard deviation; a model of the same vocabulary, since the loop is timed, not the
   model), and the texts go to MIMIR's loop as token ids (its ``get_probabilities(text, tokens=...)``)
   with the BOS privauditor puts first, since this tokenizer adds none;
+- ``store_v2_vs_v1``: ``score_examples`` writing the signal store's format 2 (also the top-1 log p, the
+  token's rank and the top-k log-sum-exp) against format 1 (logp, mu, sigma), each the median of three
+  alternated runs on all the texts;
 - ``naive`` (a secondary figure): per text and per attack one forward pass keeping the full-vocabulary
   log-softmax (the reference attack also runs the reference model per text), written as MIMIR's
   ``get_probabilities`` is (labels passed to the model, each target's log-prob read with ``.item()``);
@@ -32,7 +35,7 @@ that of one plain forward pass (the model's weights and one batch of its logits)
 reset of the process's peak. The last line is one JSON object.
 
     python benchmarks/scoring.py [--texts 256] [--layers 6] [--hidden 512] [--vocab 32000] [--real smollm2-135m]
-                                 [--only real-shaped tiny smollm2-135m]
+                                 [--only real-shaped tiny smollm2-135m] [--no-memory]
 """
 
 from __future__ import annotations
@@ -243,6 +246,18 @@ def against_mimir(model, reference, tokenizer, examples, max_length, batch_size,
     }
 
 
+def store_formats(model, tokenizer, examples, max_length, batch_size, runs=3):
+    """Seconds of ``score_examples`` writing the signal store's format 1 (logp, mu, sigma) and format 2 (also
+    top1_logp, rank, topk_lse), alternated ``runs`` times; the median of each."""
+    times = {False: [], True: []}
+    for _ in range(runs):
+        for extended in (False, True):
+            times[extended].append(timed(lambda e=extended: score_examples(
+                model, tokenizer, examples, max_length, False, batch_size, extended=e
+            ))[1])  # fmt: skip
+    return float(np.median(times[False])), float(np.median(times[True]))
+
+
 def compare(model, reference, tokenizer, examples, max_length, batch_size, naive_texts):
     reference_signals = signals_of(
         reference, tokenizer, examples, max_length, batch_size
@@ -325,6 +340,7 @@ def main() -> int:
         metavar="SUBJECT",
         help="time only these: real-shaped, tiny and/or the --real base",
     )
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS measurements")
     parser.add_argument("--child-vocab", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -352,6 +368,7 @@ def main() -> int:
         shape = f"{config.num_hidden_layers}x{config.hidden_size}, V {config.vocab_size}"
         got = compare(model, reference, tok, examples, args.max_length, args.batch_size, args.naive_texts)
         mimir = against_mimir(model, reference, tok, examples, args.max_length, args.batch_size, args.texts)
+        v1_s, v2_s = store_formats(model, tok, examples, args.max_length, args.batch_size)
         rows.append([label, shape, round(got["forward_s"], 2), round(got["bucketed_forward_s"], 2),
                      round(got["privauditor_s"], 2), round(got["naive_s"], 1), round(got["vectorised_naive_s"], 1),
                      f"{got['max_abs_diff']:.1e}", round(mimir["mimir_s"], 1), round(mimir["privauditor_with_reference_s"], 1),
@@ -364,6 +381,8 @@ def main() -> int:
         figures[f"speedup_vs_mimir{suffix}"] = round(
             mimir["mimir_s"] / mimir["privauditor_with_reference_s"], 2
         )
+        figures[f"store_v1_s{suffix}"], figures[f"store_v2_s{suffix}"] = round(v1_s, 2), round(v2_s, 2)
+        figures[f"store_v2_vs_v1{suffix}"] = round(v2_s / v1_s, 3)
         figures[f"mimir_s{suffix}"] = round(mimir["mimir_s"], 2)
         figures[f"mimir_texts{suffix}"] = mimir["texts"]
         figures[f"privauditor_with_reference_s{suffix}"] = round(mimir["privauditor_with_reference_s"], 2)
@@ -380,7 +399,7 @@ def main() -> int:
                   "vectorised naive s", "max |score diff|", "MIMIR's loop s", "privauditor (+ reference) s",
                   "max rel. diff vs MIMIR"], rows))  # fmt: skip
     memory = []
-    for vocab in (8192, 65536):
+    for vocab in () if args.no_memory else (8192, 65536):
         for label, env in (("", FIXED_MALLOC), ("_default_malloc", {})):
             got = peak_rss(vocab, args, env)
             figures[f"peak_rss_mb_vocab_{vocab // 1024}k{label}"] = round(got["peak_mb"], 1)

@@ -83,6 +83,8 @@ def attacks_listing() -> str:
         fields = ", ".join(f"{k}={v}" for k, v in attack.hyperparameters().items()) or "-"
         views = ", ".join(f"{role}: {view.label}" for role, view in attack.views().items())
         checkpoints = "last" if cls.checkpoints == "last" else "every" if attack.cheap else "last + best"
+        if attack.cheap and not attack.runs_at(0, 3, 3):  # an attack of the trajectory
+            checkpoints = "every but the first"
         rows.append([name, cls.access, str(attack.cost()), checkpoints])
         details.append(
             textwrap.fill(f"{fields}; reads {views}; {cls.paper}", 100, initial_indent=f"{name:<14} ",

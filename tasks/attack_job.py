@@ -43,7 +43,10 @@ MapJobs = Callable[[Callable[[AttackJob], Any], list[AttackJob]], list[Any]]
 
 
 def attack_job(job: AttackJob) -> tuple[np.ndarray, dict[str, Any]]:
-    """Scores (higher = member) and metrics of ``job``'s attack."""
+    """Scores (higher = member) and metrics of ``job``'s attack. An attack that may abstain
+    (``Attack.abstains``) scores NaN where it does: such texts rank below every text it scores (it calls
+    none of them a member), and the metrics count them (``abstained``, ``abstained_members``); where it
+    abstains on every text the metrics hold only ``skipped`` (no row on the leaderboard, no scores)."""
     import pyarrow.parquet as pq
 
     name, params, signals_file, view_files = job.name, job.params, job.signals_file, job.view_files
@@ -58,7 +61,14 @@ def attack_job(job: AttackJob) -> tuple[np.ndarray, dict[str, Any]]:
         table = read_table(view_files[role])
         inputs[role] = view.read(aligned(table, sample_ids) if view.parts() == ("scored",) else table)
     scores = np.asarray(attack.score(inputs), dtype=np.float64)
+    abstained = np.isnan(scores)
+    if attack.abstains and abstained.all():
+        return scores, {"skipped": f"abstains on every text: {attack.abstains}", "abstained": len(scores)}
+    if attack.abstains:  # a text it abstains on is ranked below every text it scores: not a member
+        scores = np.where(abstained, scores[~abstained].min() - 1.0 if (~abstained).any() else 0.0, scores)
     metrics = attack_metrics(member, scores, bootstrap, seed) | attack.fitted()
+    if attack.abstains:
+        metrics |= {"abstained": int(abstained.sum()), "abstained_members": int((abstained & member).sum())}
     times = np.array(
         [(repeated or {}).get(i, 1) if m else 0 for i, m in zip(sample_ids, member, strict=True)]
     )

@@ -97,6 +97,11 @@ def run_audit(
     for part, path in (("members", members), ("nonmembers", nonmembers)):
         parts[part], found = read_records(path, part[0], options.text_column)
         chats |= found
+    trajectory = [a for a in config.attacks if ATTACKS.get(a).access == "checkpoints"]
+    if trajectory:
+        raise PrivauditorError(
+            f"attack '{trajectory[0]}' reads a training trajectory (at least 2 checkpoints); an audit has one model"
+        )
     attacks = [a for a in config.attacks if ATTACKS.get(a).access != "model-free"]  # the verdict's family
     warnings = check_inputs(parts["members"], parts["nonmembers"], len(attacks))
     texts = content_hash([*parts["members"], *parts["nonmembers"]])

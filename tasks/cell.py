@@ -221,7 +221,7 @@ def audit_checkpoints(
     from .snapshots import load_snapshot
     from .training import validation_loss
     from .view_job import elsewhere
-    from .views._base import Recipe
+    from .views._base import Checkpoint, Recipe
 
     spec, technique, model, loaded, split = trained.spec, trained.technique, trained.model, trained.loaded, trained.split  # fmt: skip
     contexts, demonstrations, checkpoints = trained.contexts, trained.demonstrations, trained.checkpoints
@@ -250,7 +250,7 @@ def audit_checkpoints(
     steps = [step for _, step in checkpoints]
     plan = plan_cell(spec, best=steps.index(best))
     parts = {part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")}
-    audited = []
+    audited, earlier = [], []
     shown = Progress(
         f"auditing {len(checkpoints)} checkpoints ({len(spec.attacks)} attacks)", len(checkpoints)
     )
@@ -275,8 +275,10 @@ def audit_checkpoints(
             elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved else None,
             delta=delta,
             repeated=split.repeats(),
+            earlier=tuple(earlier),
         )  # fmt: skip
         found = evaluate(target, parts, attacks, how)
+        earlier.append(Checkpoint(step, adaptation_hash, folder / "signals.parquet"))
         spent = None if trained.epsilon_at is None else trained.epsilon_at(step)
         violations = dp_violations(found.metrics, spent)
         audited.append(

@@ -25,7 +25,7 @@ from .datasets import Example
 from .files import write_json, write_table
 from .scorer import Reference, Scorer
 from .views import build_view
-from .views._base import Recipe, ViewContext
+from .views._base import Checkpoint, Recipe, ViewContext
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ class Evaluate:
     of someone else's model not); ``elsewhere`` starts such views out of this process
     (:class:`ViewContext`), before any other view is computed here, so the two overlap. ``map_jobs`` runs
     the attack jobs (in this process, or as parallel Ray tasks). ``delta`` and ``repeated`` add the
-    empirical ε bound and the duplication metrics (:class:`~privauditor.tasks.attack_job.AttackJob`)."""
+    empirical ε bound and the duplication metrics (:class:`~privauditor.tasks.attack_job.AttackJob`).
+    ``earlier``: the target's earlier checkpoints in a cell (what an attack of a trajectory reads)."""
 
     out_dir: Path
     shared: Path
@@ -54,6 +55,7 @@ class Evaluate:
     elsewhere: Callable[[Any, ViewContext], Callable[[], Any]] | None = None
     delta: float | None = None
     repeated: Mapping[str, int] | None = None
+    earlier: tuple[Checkpoint, ...] = ()
 
 
 def evaluate(
@@ -74,7 +76,7 @@ def evaluate(
     own = out_dir if how.views_dir is None else how.views_dir
     context = ViewContext(
         scorers, identities, parts, how.max_length, how.batch_size, how.seed, how.shared, own, how.clock,
-        how.recipe, how.elsewhere,
+        how.recipe, how.elsewhere, how.earlier,
     )  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     signals_file = out_dir / "signals.parquet"
@@ -87,6 +89,9 @@ def evaluate(
         missing = [role for role, view in views.items() if not set(view.models()) <= set(identities)]
         if missing:
             metrics[spec.name] = {"skipped": "no reference model: a full checkpoint needs --reference"}
+            continue
+        if any(view.reads_earlier for view in views.values()) and not how.earlier:
+            metrics[spec.name] = {"skipped": "needs a training trajectory: at least 2 checkpoints"}
             continue
         if not all(context.available(view) for view in views.values()):
             metrics[spec.name] = {"skipped": "needs how the target was adapted: only a cell knows it"}
@@ -112,7 +117,9 @@ def evaluate(
         for spec, views in runnable
     ]
     results = how.clock("attacks", lambda: how.map_jobs(attack_job, jobs))
-    scores = {job.name: result[0] for job, result in zip(jobs, results, strict=True)}
+    scores = {
+        job.name: result[0] for job, result in zip(jobs, results, strict=True) if "skipped" not in result[1]
+    }
     metrics |= {job.name: result[1] for job, result in zip(jobs, results, strict=True)}
     metrics = {spec.name: metrics[spec.name] for spec in attacks}  # the attacks' order
     scored = context.examples()

@@ -24,7 +24,7 @@ from .files import write_json
 # 2: the typed spec (data, weights and version identities in the cell id), split parts, views
 # 3: checkpoints (one audit per snapshot; earlier ones under checkpoints/epoch-<e>/)
 # 4: checkpoints named by step (checkpoints/step-<s>/; epochs may be fractions); tpr at FPR < target
-RESULTS_FORMAT = 4
+RESULTS_FORMAT = 5  # 5: signal stores of format 2
 
 
 class _CheckpointExtras(TypedDict, total=False):

@@ -7,8 +7,14 @@ front of the input are sliced off (their number is the logits' length minus the 
 tuning's key/values never appear as positions. T5 is scored on its decoder labels.
 
 Per token it keeps ``logp`` (log p of the actual token), and ``mu`` / ``sigma``, the mean and standard
-deviation of log p over the vocabulary under p (what Min-K%++ normalises by). Right padding with an
-attention mask gives the same numbers as scoring one text at a time (a test checks it).
+deviation of log p over the vocabulary under p (what Min-K%++ normalises by); and (the signal store's
+format 2) ``top1_logp``, the largest log p over the vocabulary, ``topk_lse``, the log-sum-exp of the
+:data:`~privauditor.tasks.signals.TOPK` largest log p (the probability mass top-k sampling keeps), and
+``rank``, the actual token's rank (1 + the tokens with a strictly larger log p; ties share the better
+rank), read off those top-k values: exact up to TOPK, and :data:`~privauditor.tasks.signals.RANK_CAP`
+(TOPK + 1) for any worse rank. All from the same log-softmax rows in the same pieces.
+Right padding with an attention mask gives the same numbers as scoring one text at a time (a test checks
+it).
 """
 
 from __future__ import annotations
@@ -24,17 +30,29 @@ import torch
 from .datasets import Example
 from .deadline import check
 from .progress import Progress
+from .signals import TOPK
 from .training import collate, encode
+
+#: The per-token statistics beyond ``logp``, in the order ``_stats`` returns them.
+MOMENTS = ("mu", "sigma", "top1_logp", "rank", "topk_lse")
 
 
 @dataclass
 class TokenStats:
-    """One scored text: its target token ids and per-token statistics (float32)."""
+    """One scored text: its target token ids and per-token statistics (float32; ``rank`` int16)."""
 
     token_ids: np.ndarray
     logp: np.ndarray
     mu: np.ndarray | None = None
     sigma: np.ndarray | None = None
+    top1_logp: np.ndarray | None = None
+    rank: np.ndarray | None = None
+    topk_lse: np.ndarray | None = None
+
+    def cut(self, n: int) -> TokenStats:
+        """The first ``n`` tokens' statistics."""
+        fields = (self.logp, *(getattr(self, name) for name in MOMENTS))
+        return TokenStats(self.token_ids[:n], *(None if a is None else a[:n] for a in fields))
 
     @property
     def nll(self) -> float:
@@ -46,8 +64,11 @@ def _device(model: Any) -> torch.device:
     return next(model.parameters()).device
 
 
-def _stats(rows: torch.Tensor, tokens: torch.Tensor, moments: bool) -> tuple[torch.Tensor, ...]:
-    """log p of ``tokens`` under the logits ``rows`` (N x V), and optionally mu and sigma of log p."""
+def _stats(
+    rows: torch.Tensor, tokens: torch.Tensor, moments: bool, extended: bool = True
+) -> tuple[torch.Tensor, ...]:
+    """log p of ``tokens`` under the logits ``rows`` (N x V), and optionally mu and sigma of log p and
+    (``extended``, the store's format 2) the top-1 log p, the token's rank and the top-k log-sum-exp."""
     logprobs = torch.log_softmax(rows.float(), dim=-1)
     logp = logprobs.gather(-1, tokens[:, None]).squeeze(-1)
     if not moments:
@@ -55,7 +76,35 @@ def _stats(rows: torch.Tensor, tokens: torch.Tensor, moments: bool) -> tuple[tor
     weighted = logprobs.exp().mul_(logprobs)  # p log p, in place: one N x V buffer besides log p
     mu = weighted.sum(-1)
     second = torch.linalg.vecdot(weighted, logprobs)  # sum of p (log p)^2, no N x V temporary
-    return logp, mu, (second - mu.square()).clamp_min(0.0).sqrt()
+    sigma = (second - mu.square()).clamp_min(0.0).sqrt()
+    if not extended:
+        return logp, mu, sigma
+    top = _top_values(logprobs, min(TOPK, logprobs.shape[-1]))
+    # 1 + the top values above the token's: exact up to TOPK, and TOPK + 1 (RANK_CAP) for any worse rank
+    rank = torch.count_nonzero(top > logp[:, None], dim=-1).add_(1)
+    return logp, mu, sigma, top.amax(-1), rank.float(), torch.logsumexp(top, -1)
+
+
+TOP_BLOCKS = 512  # blocks of the vocabulary in the two-stage top-k
+
+
+def _top_values(rows: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``k`` largest values of each row (unordered), in two stages: the vocabulary is cut into
+    ``TOP_BLOCKS`` blocks (block j: entries j, j + TOP_BLOCKS, ..., so that the blocks' maxima are one
+    vectorised reduction), and the top-k runs on the ``k`` blocks with the largest maxima (and the entries
+    past the last whole stride) alone. They hold every one of the row's ``k`` largest values: a value
+    outside them has ``k`` block maxima at least as large. On CPU this takes a third to a half of
+    ``topk``'s time over whole rows at vocabularies of 4k to 49k (``benchmarks/scoring.py``)."""
+    n, vocab = rows.shape
+    size = vocab // TOP_BLOCKS
+    if size < 2 or 2 * k > TOP_BLOCKS:
+        return rows.topk(k, dim=-1, sorted=False).values
+    whole = rows[:, : size * TOP_BLOCKS].view(n, size, TOP_BLOCKS)
+    best = whole.amax(1).topk(k, dim=-1, sorted=False).indices
+    candidates = whole.gather(2, best[:, None, :].expand(n, size, k)).reshape(n, -1)
+    if size * TOP_BLOCKS < vocab:
+        candidates = torch.cat([candidates, rows[:, size * TOP_BLOCKS :]], dim=-1)
+    return candidates.topk(k, dim=-1, sorted=False).values
 
 
 CHUNK_ELEMENTS = 1 << 24  # logits of one chunk of scored positions (64 MB in float32)
@@ -107,47 +156,34 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
     batch_size: int = 16,
     moments: bool = True,
     chunk_rows: int | None = None,
+    extended: bool = True,
 ) -> list[TokenStats]:
     """Per-token statistics of ``model`` on every example's target tokens, in input order (batches
     are formed from texts of similar length, which right padding makes give the same numbers).
 
-    ``moments=False`` skips ``mu``/``sigma`` (neighbour texts need only the log-likelihood);
+    ``moments=False`` skips every statistic but ``logp`` (neighbour texts need only the log-likelihood);
+    ``extended=False`` keeps ``mu``/``sigma`` but not the rest (the store's format 1, for the scoring
+    benchmark's comparison);
     ``chunk_rows`` bounds how many positions' full-vocabulary log-softmax exist at once (default: as
     many as keep one chunk's logits near 16 M numbers, so memory does not grow with the vocabulary).
     """
     model.eval()
-    data = encode(tokenizer, examples, max_length, seq2seq)
-    # length-bucketed batches: texts of similar length together, so little of a batch is padding
-    order = sorted(range(len(data)), key=lambda i: (len(data[i]["input_ids"]), len(data[i]["labels"])))
     device = _device(model)
-    out: list[TokenStats | None] = [None] * len(data)
-    head = TargetHead(model)
-    vocab = head.module.weight.shape[0]
+    out: list[TokenStats | None] = [None] * len(examples)
+    vocab = model.get_output_embeddings().weight.shape[0]
     chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // vocab)
     # on an accelerator the whole chunk at once: there, many small pieces would cost kernel launches
     stats_rows = max(1, min(chunk_rows, STATS_ELEMENTS // vocab)) if device.type == "cpu" else chunk_rows
-    shown = Progress(f"scoring {len(data)} texts", -(-len(data) // batch_size))
-    for start in range(0, len(data), batch_size):
-        check("scoring")
-        rows_of_batch = order[start : start + batch_size]
-        batch = collate([data[i] for i in rows_of_batch], tokenizer.pad_token_id, seq2seq)
-        labels = batch["labels"]
-        # position t predicts token t + 1 (causal); T5's decoder positions are aligned with the labels
-        label_ids = labels if seq2seq else labels[:, 1:]
-        mask = label_ids != -100
+    for rows_of_batch, batch, label_ids, mask in _batches(
+        tokenizer, examples, max_length, seq2seq, batch_size
+    ):
         tokens = label_ids[mask].to(device)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
-        if seq2seq:  # decoder inputs from the labels, as T5 itself makes them; no labels, so no loss
-            base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            inputs["decoder_input_ids"] = base.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
-        with head.at(mask.to(device), shift=not seq2seq):
-            model(**inputs)
+        head = _run(model, batch, mask, seq2seq)
         pieces = []
         for i in range(0, len(tokens), chunk_rows):
             logits, targets = head.project(i, chunk_rows), tokens[i : i + chunk_rows]
             pieces += [
-                _stats(logits[j : j + stats_rows], targets[j : j + stats_rows], moments)
+                _stats(logits[j : j + stats_rows], targets[j : j + stats_rows], moments, extended)
                 for j in range(0, len(logits), stats_rows)
             ]
         columns = [torch.cat(parts).cpu().numpy().astype(np.float32) for parts in zip(*pieces, strict=True)]
@@ -157,11 +193,45 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
             cut = slice(offset, offset + n)
             ids = label_ids[row][mask[row]].numpy().astype(np.int32)
             stats = [c[cut] for c in columns]
-            out[rows_of_batch[row]] = TokenStats(ids, *stats) if moments else TokenStats(ids, stats[0])
+            if len(stats) > 4:
+                stats[4] = stats[4].astype(np.int16)  # the rank: exact small integers
+            out[rows_of_batch[row]] = TokenStats(ids, *stats)
             offset += n
+    return out  # type: ignore[return-value]  # every slot filled
+
+
+def _batches(
+    tokenizer: Any, examples: Sequence[Example], max_length: int, seq2seq: bool, batch_size: int
+) -> Iterator[tuple[list[int], dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
+    """Length-bucketed batches (texts of similar length together, so little of a batch is padding), with
+    progress: each batch's example indices, its tensors, the label ids of its scored positions (position
+    t predicts token t + 1 in a causal model; T5's decoder positions are aligned with the labels) and
+    their mask."""
+    data = encode(tokenizer, examples, max_length, seq2seq)
+    order = sorted(range(len(data)), key=lambda i: (len(data[i]["input_ids"]), len(data[i]["labels"])))
+    shown = Progress(f"scoring {len(data)} texts", -(-len(data) // batch_size))
+    for start in range(0, len(data), batch_size):
+        check("scoring")
+        rows_of_batch = order[start : start + batch_size]
+        batch = collate([data[i] for i in rows_of_batch], tokenizer.pad_token_id, seq2seq)
+        label_ids = batch["labels"] if seq2seq else batch["labels"][:, 1:]
+        yield rows_of_batch, batch, label_ids, label_ids != -100
         shown.update(1)
     shown.close()
-    return out  # type: ignore[return-value]  # every slot filled
+
+
+def _run(model: Any, batch: dict[str, torch.Tensor], mask: torch.Tensor, seq2seq: bool) -> TargetHead:
+    """``model`` run on ``batch``, its final hidden states at the scored positions kept (no logits)."""
+    device = _device(model)
+    head = TargetHead(model)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    if seq2seq:  # decoder inputs from the labels, as T5 itself makes them; no labels, so no loss
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        inputs["decoder_input_ids"] = base.prepare_decoder_input_ids_from_labels(labels=batch["labels"])
+    with head.at(mask.to(device), shift=not seq2seq):
+        model(**inputs)
+    return head
 
 
 def mean_nll(
@@ -207,6 +277,43 @@ def score_in_context(  # noqa: PLR0913  # score_examples' parameters plus the pr
     for stat, ids in zip(stats, plain, strict=True):
         if not np.array_equal(stat.token_ids[: len(ids)], ids):
             raise PrivauditorError("a prefix in front of the prompt changed how a target tokenizes")
-        cut = [None if a is None else a[: len(ids)] for a in (stat.logp, stat.mu, stat.sigma)]
-        out.append(TokenStats(stat.token_ids[: len(ids)], *cut))
+        out.append(stat.cut(len(ids)))
     return out
+
+
+@torch.inference_mode()
+def reference_kl(  # noqa: PLR0913  # two models, their texts and plain numbers
+    target: Any,
+    reference: Any,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    max_length: int,
+    seq2seq: bool,
+    batch_size: int = 16,
+) -> list[np.ndarray]:
+    """Per example, at each of its target tokens, KL(p_reference || p_target) =
+    sum_v p_reference(v) [log p_reference(v) - log p_target(v)] over the next-token distributions (both
+    models read the same tokens and must share the vocabulary; exactly 0 where they are one model). One
+    pass through each model per text, projected a chunk at a time."""
+    from .errors import PrivauditorError
+
+    target.eval()
+    reference.eval()
+    vocab = target.get_output_embeddings().weight.shape[0]
+    if reference.get_output_embeddings().weight.shape[0] != vocab:
+        raise PrivauditorError("the target and the reference have vocabularies of different sizes")
+    chunk = max(1, min(CHUNK_ELEMENTS, STATS_ELEMENTS) // vocab)
+    out: list[np.ndarray | None] = [None] * len(examples)
+    for rows_of_batch, batch, _, mask in _batches(tokenizer, examples, max_length, seq2seq, batch_size):
+        heads = _run(target, batch, mask, seq2seq), _run(reference, batch, mask, seq2seq)
+        pieces = []
+        for i in range(0, int(mask.sum()), chunk):
+            log_t, log_r = (torch.log_softmax(h.project(i, chunk).float(), -1) for h in heads)
+            log_t = log_t.to(log_r.device)
+            pieces.append(torch.linalg.vecdot(log_r.exp(), log_r - log_t).cpu())
+        values = torch.cat(pieces).numpy().astype(np.float32)
+        offset = 0
+        for row, n in enumerate(mask.sum(1).tolist()):
+            out[rows_of_batch[row]] = values[offset : offset + n]
+            offset += n
+    return out  # type: ignore[return-value]  # every slot filled

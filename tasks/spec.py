@@ -182,6 +182,11 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
         )
     attacks = []
     for name, attack in config.built_attacks().items():
+        if attack.access == "checkpoints" and trains and len(resolved_train.checkpoints) < 2:
+            raise PrivauditorError(
+                f"attack '{name}' reads a training trajectory: train.checkpoints needs at least 2 "
+                f"checkpoints, not {list(resolved_train.checkpoints)}"
+            )
         views = {
             role: ViewSpec(view.name, view.version, view.hyperparameters(), view.identity(build))
             for role, view in attack.views().items()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -187,3 +188,36 @@ def test_the_initial_state_of_a_technique_that_starts_as_the_base_is_scored_as_t
     prompt = cell(tmp_path, "train.checkpoints=[0,1,2]", "attacks=[loss]", adaptation="prompt")
     first = json.loads((prompt.path / "cell.json").read_text())["checkpoints"][0]
     assert first["adaptation_hash"] != "none"  # virtual tokens change the model from the first step
+
+
+def test_an_attack_of_the_trajectory_reads_every_checkpoint_so_far_and_finds_a_canary(tmp_path):
+    """lt_iqr reads the NLL each checkpoint's signals hold (no pass of its own), runs from the second
+    checkpoint on, and finds full fine-tuning's members (16 a side, 60 epochs, the canary recipe)."""
+    import numpy as np
+
+    outcome = cell(
+        tmp_path, "split.members=16", "split.nonmembers=16", "train.checkpoints=[0,30,60]", "train.lr=0.003",
+        "attacks=[loss,lt_iqr]", adaptation="full", seed=int(os.environ.get("PRIVAUDITOR_TEST_SEED", "0")),
+    )  # fmt: skip
+    record = json.loads((outcome.path / "cell.json").read_text())
+    assert [c["attacks"] for c in record["checkpoints"]] == [["loss"], ["loss", "lt_iqr"], ["loss", "lt_iqr"]]
+    low, _ = outcome.metrics["lt_iqr"]["auc_ci"]
+    assert low > 0.5, outcome.metrics["lt_iqr"]
+    nll = []
+    for checkpoint in record["checkpoints"]:
+        table = pq.read_table(outcome.path / checkpoint["path"] / "signals.parquet").to_pylist()
+        nll.append({r["sample_id"]: -np.mean(r["logp"], dtype=np.float64) for r in table})
+    files = sorted((outcome.path / "views" / "trajectory").glob("*.parquet"))
+    assert len(files) == 2  # checkpoints 30 and 60
+    longest = max((pq.read_table(f).to_pylist() for f in files), key=lambda rows: len(rows[0]["nll"]))
+    for row in longest:
+        assert row["nll"] == pytest.approx([n[row["sample_id"]] for n in nll], rel=1e-6)
+    plan_ran_the_cell(outcome.path, record)
+
+
+def test_an_attack_of_the_trajectory_needs_two_checkpoints():
+    settings = {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "finance"}
+    with pytest.raises(PrivauditorError, match=r"attack 'lt_iqr' reads a training trajectory: .* not \[2\]"):
+        cell_config(settings, ["train.checkpoints=[2]", "attacks=[loss,lt_iqr]"]).resolve()
+    none = {"model": "tiny-gpt2", "adaptation": "none", "dataset": "finance"}
+    assert cell_config(none, ["attacks=[loss,lt_iqr]"]).resolve().train.checkpoints == (0,)  # never runs

@@ -16,7 +16,7 @@ from privauditor.tasks.views.self_prompted import SelfPromptedNLL
 LN2, LN4, LN8 = math.log(2), math.log(4), math.log(8)
 
 
-def signals(logp, mu=None, sigma=None, token_ids=None, zlib_bytes=None):
+def signals(logp, mu=None, sigma=None, token_ids=None, zlib_bytes=None, rank=None, top1=None):
     n = len(logp)
     return Signals(
         sample_id=[f"s{i}" for i in range(n)],
@@ -26,6 +26,8 @@ def signals(logp, mu=None, sigma=None, token_ids=None, zlib_bytes=None):
         mu=[np.asarray(m, dtype=np.float32) for m in (mu or [np.zeros(len(lp)) for lp in logp])],
         sigma=[np.asarray(s, dtype=np.float32) for s in (sigma or [np.ones(len(lp)) for lp in logp])],
         zlib_bytes=np.asarray(zlib_bytes or [10] * n, dtype=np.int64),
+        rank=None if rank is None else [np.asarray(r, dtype=np.int16) for r in rank],
+        top1_logp=None if top1 is None else [np.asarray(t, dtype=np.float32) for t in top1],
     )
 
 
@@ -33,6 +35,24 @@ def nll_only(*nll):
     """Signals whose texts have the given mean NLLs (one token each)."""
     return signals([[-x] for x in nll])
 
+
+#: EZ-MIA: text 1: target logp (-1, -2, -0.5, -3.5), reference (-1.5, -1, -1, -2), ranks (2, 1, 3, 2);
+#: text 2: ranks (1, 1, 2), one error-zone token; text 3: ranks (2, 2), target above the reference at both
+EZMIA = {
+    "signals": signals(
+        [[-1, -2, -0.5, -3.5], [-1, -1, -3], [-1, -1]], rank=[[2, 1, 3, 2], [1, 1, 2], [2, 2]]
+    ),
+    "reference": signals([[-1.5, -1, -1, -2], [-1, -1, -2], [-2, -3]]),
+}
+#: Gap-K%: text 1 gaps (logp - top1) / sigma = (-0.5, -2/2, -1, -3, 0); text 2 (-1/2, 0); text 3: sigma 0
+#: at a token the model predicts (floored at 1e-4: gap 0)
+GAP_K = {
+    "signals": signals(
+        [[-1, -3, -2, -4, -1], [-2, -1], [-1]],
+        sigma=[[1, 2, 1, 1, 0.5], [2, 1], [0]],
+        top1=[[-0.5, -1, -1, -1, -1], [-1, -1], [-1]],
+    )
+}
 
 #: one scored text for WBC: per-token losses 1, 2, 0.5, 3, 1 under the target, 1.5, 1, 1, 2, 2 under the reference
 WBC = {"signals": signals([[-1, -2, -0.5, -3, -1]]), "reference": signals([[-1.5, -1, -1, -2, -2]])}
@@ -107,13 +127,56 @@ GOLDEN = {
         for params, expected in (({}, 0.006), ({"a": 1.0}, 0.251))
     ],
     # k 0.5: text 1's 2 lowest logp at positions 1 (-5) and 3 (-4); entropy -mu (0.5, 3, 1, 0.1) < 2 at
-    # 0, 2, 3: surprising = position 3 -> -4. Text 2: lowest 1 at position 1, entropy 3: none -> -100
+    # 0, 2, 3: surprising = position 3 -> -4. Text 2: lowest 1 at position 1, entropy 3: none -> abstains
     "surp": [
         (
             {"k": 0.5},
             {"signals": signals([[-1, -5, -3, -4], [-1, -2]], mu=[[-0.5, -3, -1, -0.1], [-3, -3]])},
-            [-4.0, -100.0],
+            [-4.0, math.nan],  # abstains on text 2
         )
+    ],
+    # error zone of text 1: positions 1, 3, 4 with differences 0.5, 0.5, -1.5: r = (0.5 + 0.5) / 1.5 = 2/3,
+    # reported as r / (1 + r) = 0.4. Degenerate: text 2, one error-zone token (< 2); text 3, differences 1, 2,
+    # none negative: 1 (member) or the authors' 0 (zero). min_tokens 4: text 1 has 3, degenerate too;
+    # min_tokens 1: text 2's one difference (-3 - -2 = -1) has no positive part: r = 0
+    "ezmia": [
+        ({}, EZMIA, [0.4, 1.0, 1.0]),
+        ({"degenerate": "zero"}, EZMIA, [0.4, 0.0, 0.0]),
+        ({"min_tokens": 4}, EZMIA, [1.0, 1.0, 1.0]),
+        ({"min_tokens": 1, "degenerate": "zero"}, EZMIA, [0.4, 0.0, 0.0]),
+    ],
+    # window 3 over text 1's gaps: means (-2.5/3, -5/3, -4/3); k 0.2 of 3: int(0.6) -> 1 lowest: -5/3;
+    # k 0.7: int(2.1) = 2: (-5/3 - 4/3) / 2 = -1.5. Text 2 is shorter than the window: its gaps, lowest -0.5.
+    # Text 3: 0. Window 1, k 0.2: text 1's lowest int(1.0) = 1 gap: -3
+    # traces, oldest first. Text 1 sorted (0.5, 1, 1.5, 2, 3, 4): the 75th percentile at position 0.75 x 5 =
+    # 3.75: 2 + 0.75 (3 - 2) = 2.75; the 25th at 1.25: 1 + 0.25 (1.5 - 1) = 1.125; IQR 1.625. Text 2 flat: 0.
+    # Two points (3, 1): positions 0.75 and 0.25 of one step of 2: 2.5 - 1.5 = 1, half the difference
+    "lt_iqr": [
+        ({}, {"trajectory": np.array([[4, 3, 2, 1.5, 1, 0.5], [2, 2, 2, 2, 2, 2.0]])}, [1.625, 0.0]),
+        ({}, {"trajectory": np.array([[3, 1.0]])}, [1.0]),
+    ],
+    # s_t = logp_T - logp_R + KL_t: (-1 + 1.5 + 1, -2 + 1 + 1.5) = (1.5, 0.5): mean 1, sum 2, mink k 0.5: the
+    # lowest int(1.0) = 1: 0.5
+    "informia": [
+        (
+            params,
+            {
+                "signals": signals([[-1, -2]]),
+                "reference": signals([[-1.5, -1]]),
+                "reference_kl": [np.array([1.0, 1.5])],
+            },
+            [expected],
+        )
+        for params, expected in (
+            ({}, 1.0),
+            ({"aggregate": "sum"}, 2.0),
+            ({"aggregate": "mink", "k": 0.5}, 0.5),
+        )
+    ],
+    "gap_k": [
+        ({}, GAP_K, [-5 / 3, -0.5, 0.0]),
+        ({"k": 0.7}, GAP_K, [-1.5, -0.5, 0.0]),
+        ({"window": 1}, GAP_K, [-3.0, -0.5, 0.0]),
     ],
     # a 0.5: Pr(x) = ((1 + a) p_ref + (1 - a)) / 2. x: p 0.5, p_ref 1 -> Pr 1, ratio 0.5. Population z1: p 1,
     # p_ref 1 -> ratio 1; z2: p 0.25, p_ref 0.5 -> Pr 0.625, ratio 0.4. LR(x, z) = 0.5, 1.25: one of two > 1
@@ -127,7 +190,25 @@ GOLDEN = {
                 "population_reference": nll_only(0.0, LN2),
             },
             [0.5],
-        )
+        ),
+        # a chosen on held-out texts: population z1 (p 1/2, p_ref 1/2), z2 (1/4, 1/8), a known member m (1/4,
+        # 1/16). Pr(x) = ((1 + a) p_ref + 1 - a) / 2. a 0.4: ratios z1 0.769, z2 0.645, m 0.727: m beats z2
+        # (0.5), z1 beats z2 (1), z2 none (0): AUC 0.5. a 0.5: z1 0.8, z2 0.727, m 0.842: m beats both (1),
+        # z1 1, z2 0: AUC 0.75, as at every a above 5/11 (m beats z1 once (0.34375 a > 0.15625); at a 1
+        # z2 beats z1 instead: still 0.75); the first of equal AUCs: a 0.5. Scored x (p 0.34, p_ref 1/4)
+        # at a 0.5: 0.34 / 0.4375 = 0.777, above z2 only: 0.5
+        (
+            {},
+            {
+                "signals": nll_only(-math.log(0.34)),
+                "reference": nll_only(LN4),
+                "population": nll_only(LN2, LN4),
+                "population_reference": nll_only(LN2, LN8),
+                "held_out_members": nll_only(LN4),
+                "held_out_members_reference": nll_only(math.log(16)),
+            },
+            [0.5],
+        ),
     ],
     # p = exp(-NLL). Target: p 1/2, neighbours p (1/4, 1/8) -> mean 3/16 (not exp of the mean NLL, 0.177):
     # 1/2 - 3/16 = 5/16. Reference: p 1/4, neighbours (1/4, 1/8) -> 1/4 - 3/16 = 1/16. 5/16 - 1/16 = 1/4.
@@ -154,7 +235,7 @@ def test_every_registered_attack_matches_its_golden_case(name):
     for params, views, expected in GOLDEN[name]:
         attack = build_attack(name, params)
         assert set(views) == set(attack.views()), name  # the case feeds exactly the roles it reads
-        assert attack.score(views) == pytest.approx(expected, rel=1e-6, abs=1e-9), (name, params)
+        assert attack.score(views) == pytest.approx(expected, rel=1e-6, abs=1e-9, nan_ok=True), (name, params)
 
 
 def test_no_golden_case_is_left_without_an_attack():
@@ -169,3 +250,4 @@ def test_every_attack_names_its_threat_model():
     assert (levels["blind"], levels["reference"], levels["rmia"], levels["gradnorm"], levels["loss"]) == (
         "model-free", "reference", "reference", "white-box", "black-box"
     )  # fmt: skip
+    assert (levels["ezmia"], levels["gap_k"], levels["lt_iqr"]) == ("reference", "black-box", "checkpoints")

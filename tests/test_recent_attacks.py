@@ -17,7 +17,9 @@ from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 
-RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia", "wbc"]
+#: the attacks after 2023 that read a model (lt_iqr, which reads a trajectory: tests/test_checkpoints.py)
+RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia", "wbc", "ezmia", "gap_k",
+          "informia"]  # fmt: skip
 PARTS = "split={members: 16, nonmembers: 16, validation: 8, population: 24, known_members: 20}"
 #: The canary's split: 32 a side. At 16 a side Con-ReCaLL's interval is too wide for its effect on these
 #: bases (which barely copy from context): on one fast tiny-gpt2 base, seeds 0-4 gave AUC 0.71 (95 % CI
@@ -46,13 +48,27 @@ def canary_and_base(tmp_path_factory):
     return canary, cell(out / "base", "tiny-gpt2", "none", seed=seed)
 
 
+def interval(cell, name):
+    """The attack's AUC interval at 1 - 0.05 / m, m the attacks this test checks (Bonferroni): the same
+    seeded, stratified bootstrap as ``metrics.json``'s 95 % one, from the cell's scores."""
+    from privauditor.tasks.metrics import bootstrap_auc_ci
+
+    rows = [r for r in pq.read_table(cell.path / "scores.parquet").to_pylist() if r["attack"] == name]
+    member = np.array([r["member"] for r in rows])
+    score = np.array([r["score"] for r in rows])
+    return bootstrap_auc_ci(member, score, 1000, 0, level=1 - 0.05 / (1 + len(RECENT)))
+
+
 @pytest.mark.parametrize("name", ["loss", *RECENT])
 def test_recent_attacks_find_the_canary_and_nothing_on_the_base(canary_and_base, name):
     canary, base = canary_and_base
     low, high = canary.metrics[name]["auc_ci"]
-    assert low > 0.5, (name, canary.metrics[name]["auc"], low)
-    low, high = base.metrics[name]["auc_ci"]
-    assert low <= 0.5 <= high, (name, base.metrics[name]["auc"])
+    assert low > 0.5 and interval(canary, name)[0] > 0.5, (name, canary.metrics[name]["auc"], low)
+    if "skipped" in base.metrics[name]:  # an attack that abstains on every text of the base
+        assert name == "surp" and base.metrics[name]["abstained"] == 32
+    else:
+        low, high = interval(base, name)
+        assert low <= 0.5 <= high, (name, base.metrics[name]["auc"])
     scores = pq.read_table(canary.path / "scores.parquet").to_pylist()
     rows = [r for r in scores if r["attack"] == name]
     assert len(rows) == 64 == len({r["sample_id"] for r in rows})
@@ -91,6 +107,9 @@ def test_parts_the_recent_attacks_need_are_checked_up_front():
         cell_config(base, ["split.population=8", "attacks=[con_recall]"]).check()
     with pytest.raises(PrivauditorError, match="split.population > 0"):
         cell_config(base, ["attacks=[rmia]"]).check()
+    with pytest.raises(PrivauditorError, match="split.known_members > 0"):  # to choose its a
+        cell_config(base, ["split.population=8", "attacks=[rmia]"]).check()
+    cell_config(base, ["split.population=8", "attacks=[rmia]", "attack_params.rmia.a=0.3"]).check()
     with pytest.raises(PrivauditorError, match="split.known_members > 12"):  # its held-out texts
         cell_config(base, ["split={population: 20, known_members: 12}", "attacks=[con_recall]"]).check()
     cell_config(base, ["split={population: 20, known_members: 12}", "attacks=[con_recall]",

@@ -11,10 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.files import write_table
 from privauditor.tasks.neighbours import cached_neighbours, generate_neighbours
 from privauditor.tasks.scoring import TokenStats
-from privauditor.tasks.signals import Signals
+from privauditor.tasks.signals import TOPK, Signals
 from privauditor.tasks.views import Cost, View
 from privauditor.tasks.views._base import ModelIdentity, ViewContext, aligned
 
@@ -29,6 +30,9 @@ def sample_signals(seed=0):
             rng.normal(size=n).astype(np.float32),
             rng.normal(size=n).astype(np.float32),
             rng.random(n).astype(np.float32),
+            rng.normal(size=n).astype(np.float32),
+            rng.integers(1, 42, size=n).astype(np.int16),
+            rng.normal(size=n).astype(np.float32),
         )
         for n in (3, 5)
     ]
@@ -43,13 +47,25 @@ def test_parquet_has_the_contract_columns_and_types_and_round_trips(tmp_path):
     assert types["sample_id"] == "string" and types["member"] == "bool"
     assert types["token_ids"] == "list<element: int32>"
     assert types["logp"] == types["mu"] == types["sigma"] == "list<element: float>"
+    assert types["top1_logp"] == types["topk_lse"] == "list<element: float>"
+    assert types["rank"] == "list<element: int16>"
     back = Signals.from_table(table)
-    assert back.sample_id == ["a", "b"] and back.member.tolist() == [True, False]
-    for field in ("token_ids", "logp", "mu", "sigma"):
+    assert back.sample_id == ["a", "b"] and back.member.tolist() == [True, False] and back.topk == TOPK
+    for field in ("token_ids", "logp", "mu", "sigma", "top1_logp", "rank", "topk_lse"):
         for x, y in zip(getattr(back, field), getattr(signals, field), strict=True):
             np.testing.assert_array_equal(x, y)
     assert back.zlib_bytes.tolist() == signals.zlib_bytes.tolist()
     assert not (tmp_path / ".signals.parquet.tmp").exists() and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_store_of_format_1_is_refused_with_a_one_line_error(tmp_path):
+    table = sample_signals().to_table()
+    old = table.drop_columns(["top1_logp", "rank", "topk_lse"]).replace_schema_metadata({})
+    with pytest.raises(PrivauditorError, match=r"^a signal store of format 1 .*new results folder$"):
+        Signals.from_table(old)
+    relabelled = table.replace_schema_metadata({b"privauditor.signals_format": b"1"})
+    with pytest.raises(PrivauditorError, match="format 1"):
+        Signals.from_table(relabelled)
 
 
 def test_aligned_reorders_a_views_rows_by_sample_id():

@@ -20,6 +20,7 @@ ACCESS = {
     "black-box": "the target's output probabilities (and public data)",
     "reference": "also a reference model: the base, or one adapted from it",
     "white-box": "the target's weights: gradients",
+    "checkpoints": "the target's snapshots along its training: its outputs at each",
 }
 
 
@@ -40,6 +41,9 @@ class Attack:
     #: The checkpoints of a training trajectory it runs at (:meth:`runs_at`): ``"any"``, or ``"last"`` for
     #: an attack too costly for more than one (one that adapts a model of its own, as SPV-MIA does).
     checkpoints: ClassVar[str] = "any"
+    #: Where the attack may abstain (score NaN for a text it has nothing to say about), what it lacks
+    #: there; "" for an attack that scores every text (:func:`~privauditor.tasks.attack_job.attack_job`).
+    abstains: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         self.views()  # an attack's hyper-parameters are valid when the views they ask for are
@@ -55,7 +59,8 @@ class Attack:
         raise NotImplementedError
 
     def fitted(self) -> dict[str, float]:
-        """What ``score`` chose from labelled texts outside the scored ones (kept with the metrics)."""
+        """What ``score`` chose from labelled texts outside the scored ones, or counted on the scored ones
+        (kept with the metrics)."""
         return {}
 
     def hyperparameters(self) -> dict[str, Any]:

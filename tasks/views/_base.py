@@ -66,6 +66,9 @@ class View:
     in_context: ClassVar[bool] = True
     #: Adapts a model of its own from the target's base the way the target was (``ViewContext.recipe``).
     adapts: ClassVar[bool] = False
+    #: Reads the target's signals at the earlier checkpoints of its training trajectory
+    #: (``ViewContext.earlier``), which are part of its key.
+    reads_earlier: ClassVar[bool] = False
 
     def models(self) -> tuple[str, ...]:
         """The models whose outputs the view holds: ``target`` (the model under attack), ``reference``."""
@@ -137,6 +140,16 @@ class Recipe:
     batch_size: int
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """An earlier checkpoint of the target's training trajectory: its step, adaptation hash and the file
+    of its signals of the scored texts."""
+
+    step: int
+    adaptation: str
+    signals: Path
+
+
 #: member flag of each part's rows
 PART_MEMBERS = {"members": True, "nonmembers": False, "population": False, "known_members": True}
 
@@ -146,7 +159,8 @@ class ViewContext:
     """What views compute from: the models (the reference loaded only when a view needs it), the split's
     parts, scoring settings and the two stores (``shared``: views of un-adapted models; ``own``: the
     adapted model's). Each view is computed at most once per key. ``recipe``: how the target was adapted
-    (None where it is not known: an audit of someone else's model). ``elsewhere(view, context)`` starts
+    (None where it is not known: an audit of someone else's model); ``earlier``: the earlier checkpoints
+    of the target's training trajectory, oldest first (none in an audit). ``elsewhere(view, context)`` starts
     computing and storing an ``adapts`` view out of this process (a Ray task of its own in a sweep) and
     returns the wait for it, whose result is kept in ``done_elsewhere`` under the view's label."""
 
@@ -161,6 +175,7 @@ class ViewContext:
     clock: Callable[[str, Callable[[], Any]], Any] = lambda step, work: work()
     recipe: Recipe | None = None
     elsewhere: Callable[[View, ViewContext], Callable[[], Any]] | None = None
+    earlier: tuple[Checkpoint, ...] = ()
 
     def __post_init__(self) -> None:
         self._loaders, self._scorers = self.scorers, {}
@@ -192,21 +207,29 @@ class ViewContext:
         """Every model the view reads is there (an audit of a full checkpoint has no reference), and the
         target's recipe where the view adapts a model the same way."""
         models = all(role in self.identities for role in view.models())
-        return models and (not view.adapts or self.recipe is not None)
+        return (
+            models
+            and (not view.adapts or self.recipe is not None)
+            and (not view.reads_earlier or bool(self.earlier))
+        )
 
     def key(self, view: View) -> dict[str, Any]:
         from ..datasets import content_hash
 
-        return {
-            "view": view.name,
-            "version": view.version,
-            "params": view.key_parameters(),
-            "identity": view.identity(True),
-            "models": [dataclasses.asdict(self.identities[role]) for role in view.models()],
-            "texts": {part: content_hash(self.parts[part]) for part in view.parts()},
-            "max_length": self.max_length,
-            "seed": self.seed,
-        } | ({"recipe": dataclasses.asdict(self.recipe)} if view.adapts and self.recipe is not None else {})
+        return (
+            {
+                "view": view.name,
+                "version": view.version,
+                "params": view.key_parameters(),
+                "identity": view.identity(True),
+                "models": [dataclasses.asdict(self.identities[role]) for role in view.models()],
+                "texts": {part: content_hash(self.parts[part]) for part in view.parts()},
+                "max_length": self.max_length,
+                "seed": self.seed,
+            }
+            | ({"recipe": dataclasses.asdict(self.recipe)} if view.adapts and self.recipe is not None else {})
+            | ({"earlier": [[c.step, c.adaptation] for c in self.earlier]} if view.reads_earlier else {})
+        )
 
     def path(self, view: View) -> Path:
         shared = all(self.identities[r].adaptation == "none" for r in view.models())

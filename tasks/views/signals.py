@@ -27,7 +27,7 @@ class SignalsView(View):
     part: Literal["scored", "population", "known_members"] = "scored"
 
     name = "signals"
-    version = 1
+    version = 2  # 2: the store format 2 (top1_logp, rank, topk_lse)
 
     def models(self) -> tuple[str, ...]:
         return (self.model,)
