@@ -204,8 +204,9 @@ class ViewContext:
         return self._scorers[role]
 
     def available(self, view: View) -> bool:
-        """Every model the view reads is there (an audit of a full checkpoint has no reference), and the
-        target's recipe where the view adapts a model the same way."""
+        """Every model the view reads is there (an audit of a full checkpoint has no reference), the
+        target's recipe where the view adapts a model the same way, and earlier checkpoints where it reads
+        the training trajectory."""
         models = all(role in self.identities for role in view.models())
         return (
             models
