@@ -65,7 +65,7 @@ def attack_job(job: AttackJob) -> tuple[np.ndarray, dict[str, Any]]:
     if attack.abstains and abstained.all():
         return scores, {"skipped": f"abstains on every text: {attack.abstains}", "abstained": len(scores)}
     if attack.abstains:  # a text it abstains on is ranked below every text it scores: not a member
-        scores = np.where(abstained, scores[~abstained].min() - 1.0 if (~abstained).any() else 0.0, scores)
+        scores = np.where(abstained, np.nanmin(scores) - 1.0, scores)
     metrics = attack_metrics(member, scores, bootstrap, seed) | attack.fitted()
     if attack.abstains:
         metrics |= {"abstained": int(abstained.sum()), "abstained_members": int((abstained & member).sum())}

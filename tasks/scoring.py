@@ -35,6 +35,7 @@ from .training import collate, encode
 
 #: The per-token statistics beyond ``logp``, in the order ``_stats`` returns them.
 MOMENTS = ("mu", "sigma", "top1_logp", "rank", "topk_lse")
+RANK_COLUMN = 1 + MOMENTS.index("rank")  # after logp
 
 
 @dataclass
@@ -193,8 +194,8 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
             cut = slice(offset, offset + n)
             ids = label_ids[row][mask[row]].numpy().astype(np.int32)
             stats = [c[cut] for c in columns]
-            if len(stats) > 4:
-                stats[4] = stats[4].astype(np.int16)  # the rank: exact small integers
+            if len(stats) > RANK_COLUMN:
+                stats[RANK_COLUMN] = stats[RANK_COLUMN].astype(np.int16)  # exact small integers
             out[rows_of_batch[row]] = TokenStats(ids, *stats)
             offset += n
     return out  # type: ignore[return-value]  # every slot filled

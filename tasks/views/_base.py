@@ -204,15 +204,10 @@ class ViewContext:
         return self._scorers[role]
 
     def available(self, view: View) -> bool:
-        """Every model the view reads is there (an audit of a full checkpoint has no reference), the
-        target's recipe where the view adapts a model the same way, and earlier checkpoints where it reads
-        the training trajectory."""
+        """Every model the view reads is there (an audit of a full checkpoint has no reference), and the
+        target's recipe where the view adapts a model the same way."""
         models = all(role in self.identities for role in view.models())
-        return (
-            models
-            and (not view.adapts or self.recipe is not None)
-            and (not view.reads_earlier or bool(self.earlier))
-        )
+        return models and (not view.adapts or self.recipe is not None)
 
     def key(self, view: View) -> dict[str, Any]:
         from ..datasets import content_hash
