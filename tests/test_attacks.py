@@ -123,6 +123,7 @@ def test_attack_costs_are_their_views_passes_per_text():
     assert str(build_attack("ezmia").cost()) == str(build_attack("wbc").cost()) == "2 fwd"
     assert str(build_attack("gap_k").cost()) == "1 fwd"
     assert str(build_attack("lt_iqr").cost()) == "0 fwd"  # the checkpoints' stored signals
+    assert str(build_attack("camia").cost()) == "3 fwd"  # scored texts, population, known members
 
 
 def stored_signals(folder, mu_rows):
@@ -220,3 +221,27 @@ def test_rmia_chooses_a_on_held_out_texts_and_then_reads_an_informative_referenc
     loss, ratio = -scored.nll, scored_ref.nll - scored.nll
     assert spearmanr(fixed, loss)[0] > 0.9 and spearmanr(tuned, loss)[0] < 0.5
     assert spearmanr(tuned, ratio)[0] > 0.95 and chosen.fitted()["a"] >= 0.8
+
+
+def test_camia_lz_complexity_is_the_authors_example_and_its_signs_come_from_held_out_texts():
+    """The authors' docstring example: a series binned to 1 0 0 1 1 1 parses into 1, 0, 01, 11: 4 / 6.
+    Which way a feature points comes from the held-out known members; the scored texts' labels are
+    never read (shuffling them leaves every score as it was)."""
+    from privauditor.tasks.attacks.camia import lz_complexity
+
+    assert lz_complexity(np.array([0.0, -2, -2, 0, 0, 0]), 2) == pytest.approx(4 / 6)
+    rng = np.random.default_rng(0)
+
+    def texts(n, mean):
+        return make_signals([f32(*rng.normal(mean, 0.5, 12)) for _ in range(n)])
+
+    scored = make_signals(texts(20, -1.0).logp + texts(20, -2.0).logp)
+    views = {"signals": scored, "population": texts(40, -2.0), "held_out_members": texts(10, -1.0)}
+    scores = score("camia", **views)
+    assert scores[:20].mean() > scores[20:].mean() and np.isfinite(scores).all()
+    shuffled = make_signals(scored.logp)
+    shuffled.member = rng.permutation(shuffled.member)
+    assert score("camia", **(views | {"signals": shuffled})) == pytest.approx(scores)
+    # known "members" that look like the population's opposite turn the likelihood features around
+    flipped = score("camia", **(views | {"held_out_members": texts(10, -3.0)}))
+    assert flipped[:20].mean() < flipped[20:].mean()

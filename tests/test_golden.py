@@ -54,6 +54,31 @@ GAP_K = {
     )
 }
 
+#: CAMIA (one-copy features, 27 in 9 groups): the population is z1 = (-0.5, -0.5, -4), ids (1, 2, 3) and
+#: z2 = (-3, -3, -1.2), ids (1, 1, 1); the known member m = (-0.125,) * 3, ids (1, 2, 3); z1 and z2 are
+#: scored. Three-token texts: the cut-offs 200 and 300 take all of x, -1 its first two values.
+#: z1: loss (-0.5, -5/3, -5/3), ppl exp(-loss), count_above (2/3, 2/3, 2/3), lz 2/3 (binned (2, 2, 0): phrases
+#: 2, 20), diversity 1, count_mean (0, 2, 2), calibrated = loss, ppl; count_above_pre 0 (no value above
+#: the mean before it). z2: loss (-3, -2.4, -2.4), count_above (0, 1/3, 1), lz 2/3 ((0, 0, 2): 0, 02),
+#: diversity (1/2, 1/3, 1/3), count_mean (0, 1, 1), calibrated_loss (-6, -7.2, -7.2), calibrated_ppl (2e^3,
+#: 3e^2.4), count_above_pre 1/2. m: loss -0.125, count_above 1, lz 2/3, diversity 1, count_mean 0, pre 0.
+#: Signs: m's group mean is above the population's for loss, count_above, diversity, calibrated_loss
+#: (flipped); below or equal for the rest. Against a population of two, percentileofscore's "rank" kind
+#: gives a value below the other text's rank 1 of 2: p 1/2; above it: 1 (moved to 1 - 1e-10); equal to
+#: both: ranks 1 and 2 averaged, 3/4. z1: p 1/2 for loss 3, ppl 3, count_above 2 (its third: -2/3 > -1,
+#: p 1), diversity 3, calibrated 6, pre 3 = 20; 1 for count_above 1 and count_mean 2 (2 > 1) = 3; 3/4 for
+#: lz 3 and count_mean's first = 4. z2 the mirror (1 x 20, 1/2 x 3, 3/4 x 4). Pearson's statistic
+#: 2 sum ln(1 - p), Fisher's -2 sum ln p.
+CAMIA_POPULATION = signals([[-0.5, -0.5, -4], [-3, -3, -1.2]], token_ids=[[1, 2, 3], [1, 1, 1]])
+CAMIA = {
+    "signals": CAMIA_POPULATION,
+    "population": CAMIA_POPULATION,
+    "held_out_members": signals([[-0.125] * 3], token_ids=[[1, 2, 3]]),
+}
+ONE = 1 - 1e-10  # p = 1, as moved
+CAMIA_PEARSON = [2 * (n * LN2 + m * math.log1p(-ONE) + 4 * math.log(0.25)) for n, m in ((-20, 3), (-3, 20))]
+CAMIA_FISHER = [-2 * (-n * LN2 + m * math.log(ONE) + 4 * math.log(0.75)) for n, m in ((20, 3), (3, 20))]
+
 #: one scored text for WBC: per-token losses 1, 2, 0.5, 3, 1 under the target, 1.5, 1, 1, 2, 2 under the reference
 WBC = {"signals": signals([[-1, -2, -0.5, -3, -1]]), "reference": signals([[-1.5, -1, -1, -2, -2]])}
 
@@ -172,6 +197,10 @@ GOLDEN = {
             ({"aggregate": "sum"}, 2.0),
             ({"aggregate": "mink", "k": 0.5}, 0.5),
         )
+    ],
+    "camia": [
+        ({}, CAMIA, CAMIA_PEARSON),
+        ({"combine": "fisher"}, CAMIA, CAMIA_FISHER),
     ],
     "gap_k": [
         ({}, GAP_K, [-5 / 3, -0.5, 0.0]),

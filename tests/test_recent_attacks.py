@@ -19,7 +19,7 @@ from privauditor.tasks.errors import PrivauditorError
 
 #: the attacks after 2023 that read a model (lt_iqr, which reads a trajectory: tests/test_checkpoints.py)
 RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia", "wbc", "ezmia", "gap_k",
-          "informia"]  # fmt: skip
+          "camia", "informia"]  # fmt: skip
 PARTS = "split={members: 16, nonmembers: 16, validation: 8, population: 24, known_members: 20}"
 #: The canary's split: 32 a side. At 16 a side Con-ReCaLL's interval is too wide for its effect on these
 #: bases (which barely copy from context): on one fast tiny-gpt2 base, seeds 0-4 gave AUC 0.71 (95 % CI

@@ -11,6 +11,7 @@ import yaml
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.run.sweep import SWEEPS_DIR, load_sweep, parse_sweep
 from privauditor.tasks.adaptations import ADAPTATIONS
+from privauditor.tasks.attacks import ATTACKS
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 
@@ -48,7 +49,8 @@ def test_shipped_sweeps_validate_and_the_default_keeps_what_it_must():
     assert len({c.model for c in full.cells}) == 6 and len({c.dataset for c in full.cells}) == 3
     assert len({c.seed for c in full.cells}) >= 2
     lowfpr = load_sweep("lowfpr")
-    assert all(c.split.nonmembers >= 1000 for c in lowfpr.cells) and len({c.model for c in lowfpr.cells}) == 1
+    assert all(c.split.nonmembers >= 1000 for c in lowfpr.cells) and len({c.model for c in lowfpr.cells}) >= 2
+    assert all(set(c.attacks) == set(ATTACKS.names()) for c in lowfpr.cells)  # every attack
     paper = load_sweep("paper")
     assert all(c.attack_params["neighbourhood"]["k"] == 25 for c in paper.cells)
     quick = load_sweep("quick")
