@@ -179,6 +179,7 @@ def run_audit(
                 "adaptation_hash": adapter_hash,
                 "attacks": [a.name for a in spec.attacks],
                 "views": found.views,
+                "extraction": found.extraction,
             }
         ],  # fmt: skip
         "trainable_params": trainable,

@@ -291,6 +291,7 @@ def audit_checkpoints(
                 "adaptation_hash": adaptation_hash,
                 "attacks": [a.name for a in attacks],
                 "views": found.views,
+                "extraction": found.extraction,
             }
             | ({} if spent is None else {"epsilon": spent, "dp_violations": violations})
             | ({"elsewhere": found.elsewhere} if found.elsewhere else {})

@@ -22,8 +22,10 @@ import pyarrow as pa
 from .attack_job import AttackJob, MapJobs, attack_job, in_process
 from .attacks import build_attack
 from .datasets import Example
-from .files import write_json, write_table
+from .extraction import extraction_metrics
+from .files import read_table, write_json, write_table
 from .scorer import Reference, Scorer
+from .signals import Signals
 from .views import build_view
 from .views._base import Checkpoint, Recipe, ViewContext
 
@@ -126,21 +128,27 @@ def evaluate(
     member = context.member()
     write_table(scores_table([e.sample_id for e in scored], member, scores), out_dir / "scores.parquet")
     write_json(out_dir / "metrics.json", metrics)
+    extraction = extraction_metrics(Signals.from_table(read_table(signals_file)))
+    write_json(out_dir / "extraction.json", extraction)
     root = Path(how.shared).parent
     views = {
         job.name: {role: str(Path(f).relative_to(root)) for role, f in job.view_files.items()} for job in jobs
     }
-    return Evaluation(json.loads((out_dir / "metrics.json").read_text()), views, context.done_elsewhere)
+    return Evaluation(
+        json.loads((out_dir / "metrics.json").read_text()), views, context.done_elsewhere, extraction
+    )
 
 
 @dataclass
 class Evaluation:
     """What :func:`evaluate` found: metrics by attack, the view files each attack read (by role, relative
-    to the results folder), and what the views computed out of this process reported, by label."""
+    to the results folder), what the views computed out of this process reported, by label, and the
+    extraction rates (also in ``extraction.json``)."""
 
     metrics: dict[str, Any]
     views: dict[str, dict[str, str]]
     elsewhere: dict[str, Any]
+    extraction: dict[str, Any]
 
 
 def scores_table(sample_ids: list[str], member: np.ndarray, scores: dict[str, np.ndarray]) -> pa.Table:

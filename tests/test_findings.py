@@ -146,3 +146,23 @@ def test_one_headline_per_technique_on_the_page_and_in_the_answer(tmp_path):
     full = [r | {"trainable_params": 10, "tpr_at_1pct_fpr": None, "tpr_at_0fp": None} for r in rows]
     table = leaderboard_html(tmp_path, full).split('<table class="sortable">')[1].split("</table>")[0]
     assert table.count("<tr>") - 1 == len(final(rows)) < len(rows)
+
+
+def test_the_extraction_section_gives_each_technique_its_added_rate_with_an_interval(tmp_path):
+    rows = synthetic(tmp_path)
+    for r in rows:  # members extract in proportion to the leak; the base's own rate is 0.1 everywhere
+        gain = round(2 * (r["auc"] - 0.5), 4)
+        for kind in ("greedy", "sampled"):
+            r |= {f"extraction_{kind}_members": 0.1 + gain, f"extraction_{kind}_nonmembers": 0.1,
+                  f"extraction_{kind}_difference": gain}  # fmt: skip
+    text = findings(tmp_path, rows)
+    section = text.split("## Extraction", 1)[1].split("\n## ", 1)[0]
+    assert text.index("## AUC at equal epochs") < text.index("## Extraction") < text.index("## Controls")
+    full = next(line for line in section.splitlines() if line.startswith("| full |"))
+    cells = [r for r in rows if r["adaptation"] == "full" and r["epoch"] == 4]
+    gains = [r["extraction_greedy_difference"] for r in cells]
+    half = 2.571 * np.std(gains, ddof=1) / np.sqrt(6)  # t(0.975, 5) over 6 cells
+    assert full.split("|")[2].strip() == "6"
+    assert f"{np.mean(gains):.3f} [{np.mean(gains) - half:.3f}, {np.mean(gains) + half:.3f}]" in full
+    assert "Spearman's ρ over the 6 techniques 1.00" in section  # the same order as the AUC's
+    assert "## Extraction" not in findings(tmp_path, synthetic(tmp_path))  # results that predate it

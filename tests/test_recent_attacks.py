@@ -110,6 +110,8 @@ def test_parts_the_recent_attacks_need_are_checked_up_front():
     with pytest.raises(PrivauditorError, match="split.known_members > 0"):  # to choose its a
         cell_config(base, ["split.population=8", "attacks=[rmia]"]).check()
     cell_config(base, ["split.population=8", "attacks=[rmia]", "attack_params.rmia.a=0.3"]).check()
+    with pytest.raises(PrivauditorError, match="split.known_members > 0"):  # its signs
+        cell_config(base, ["split.population=8", "attacks=[camia]"]).check()
     with pytest.raises(PrivauditorError, match="split.known_members > 12"):  # its held-out texts
         cell_config(base, ["split={population: 20, known_members: 12}", "attacks=[con_recall]"]).check()
     cell_config(base, ["split={population: 20, known_members: 12}", "attacks=[con_recall]",

@@ -33,7 +33,7 @@ from privauditor.tasks.spec import setting_of
 from ..report.row_schema import columns, record_fields
 
 FORMAT = "privauditor-board-record"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: the extraction rates
 #: the versions this privauditor reads: a record of an earlier one lacks the columns added since
 VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
 PROVENANCE_FIELDS = (
@@ -212,7 +212,7 @@ def problems(record: Any, path: str = "") -> list[str]:
     if record.get("format") != FORMAT or version not in VERSIONS or isinstance(version, bool):
         return [
             f"{where}schema {record.get('format')!r} version {version!r} is not {FORMAT!r} version "
-            f"{' or '.join(map(str, VERSIONS))}, the ones this privauditor reads"
+            f"{', '.join(map(str, VERSIONS[:-1]))} or {VERSIONS[-1]}, the ones this privauditor reads"
         ]
     found = _fields(record, fields(version), where, "")
     attacks = record.get("attacks")

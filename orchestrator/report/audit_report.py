@@ -135,6 +135,28 @@ def _next_steps(record: dict[str, Any], verdict: dict[str, Any], finding: str) -
     return steps or ["Keep the audit with the model; rerun it when the model or its training data change."]
 
 
+def _extraction(record: dict[str, Any]) -> tuple[list[list[str]], str]:
+    """The extraction table (kind, members, non-members, difference, each with its 95 % interval) and what
+    it measured; none for an audit written before extraction rates were."""
+    found = (record.get("checkpoints") or [{}])[0].get("extraction")
+    if not found:
+        return [], ""
+
+    def rate(key: str) -> str:
+        ci = found.get(f"{key}_ci")
+        return "-" if found.get(key) is None else f"{found[key]:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+
+    rows = [[label] + [rate(f"{kind}_{side}") for side in ("members", "nonmembers", "difference")]
+            for kind, label in (("greedy", "greedy decoding"), ("sampled", "top-k sampling"))]  # fmt: skip
+    about = (
+        f"Each record's prompt and first {found['prefix']} target tokens as the prefix, the next {found['suffix']} "
+        f"as the suffix. Greedy decoding: it gives the suffix back. Top-k sampling (k {found['topk']}, temperature "
+        f"1): at least once in {found['samples']} samples with probability {found['probability']:g}. "
+        f"{found['too_short']} record(s) too short to split are not counted."
+    )
+    return rows, about
+
+
 def render(result: Any) -> str:
     """The report of an :class:`privauditor.AuditResult` as one HTML page (``templates/audit_report.html.j2``,
     on the leaderboard's layout)."""
@@ -176,6 +198,7 @@ def render(result: Any) -> str:
             attacks=[[r["attack"], r["access"], r["auc"], r["tpr_1"], r["p"], r["p_holm"]] for r in rows],
             roc=roc.read_bytes() if roc.exists() else None,
             control=_control(verdict),
+            extraction=_extraction(record),
             warnings=audit["warnings"],
             limits=_limits(record, verdict, [r["attack"] for r in rows]),
             next_steps=_next_steps(record, verdict, result.finding),

@@ -36,8 +36,9 @@ from . import blocks as blk
 from .against import against
 from .answer import answer
 from .battery import ALPHA, Battery, battery_of, run
+from .extraction import extraction_section
 from .findings_tables import defence_table, duplication_table, violations
-from .formats import markdown_table
+from .formats import epoch_table, markdown_table
 from .hypothesis import of_results
 from .matched import MARGIN, matched
 
@@ -93,6 +94,7 @@ def findings(
     lines += _strongest(rows, view, main)
     lines += _other_views(out, rows, attack, view, found)
     lines += _equal_epochs(found)
+    lines += extraction_section(rows, attack)
     lines += _within_splits(out, picked, view)
     lines += _across_seeds(picked, view)
     lines += _controls(out, rows, attack)
@@ -206,17 +208,12 @@ def _equal_epochs(found: dict) -> list[str]:
             for points in seeds.values():
                 for r in points:
                     by_epoch[name][r["epoch"]].append(r["auc"])
-    epochs = sorted({e for by in by_epoch.values() for e in by})
-    body = [
-        [n, *(_fmt(np.mean(by_epoch[n][e])) if by_epoch[n].get(e) else "-" for e in epochs)]
-        for n in sorted(by_epoch)
-    ]
     return [
         "## AUC at equal epochs",
         "",
         "Mean AUC over every split at each checkpoint (epoch 0: the technique's initial state):",
         "",
-        markdown_table(["technique", *(f"epoch {e:g}" for e in epochs)], body),
+        epoch_table(by_epoch),
         "",
     ]
 

@@ -35,3 +35,15 @@ def markdown_table(header: list[str], body: list[list[Any]]) -> str:
         raise ValueError(f"a Markdown row does not have the {len(header)} cells of its header {header}")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
+
+
+def epoch_table(by_epoch: dict[str, dict[float, list[float]]]) -> str:
+    """A markdown table of each technique's mean value at each epoch (``-`` where it has none)."""
+    import numpy as np
+
+    epochs = sorted({e for by in by_epoch.values() for e in by})
+    body = [
+        [n, *(f"{np.mean(by_epoch[n][e]):.3f}" if by_epoch[n].get(e) else "-" for e in epochs)]
+        for n in sorted(by_epoch)
+    ]
+    return markdown_table(["technique", *(f"epoch {e:g}" for e in epochs)], body)

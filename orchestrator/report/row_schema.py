@@ -80,6 +80,28 @@ def _tpr_columns() -> list[Column]:
     return found
 
 
+def _extraction_columns() -> list[Column]:
+    """Per kind of discoverable extraction (``greedy``, ``sampled``: tasks/extraction.py), the members' and
+    the non-members' rates and their difference with its interval, from the checkpoint's ``extraction``
+    (None in results that predate it, and in the rows of every attack alike: a cell-level figure)."""
+
+    def read(s: Source, key: str, index: int | None = None) -> Any:
+        value = (s.checkpoint.get("extraction") or {}).get(key)
+        return value if index is None or value is None else value[index]
+
+    found = []
+    for kind in ("greedy", "sampled"):
+        for field in ("members", "nonmembers", "difference"):
+            found.append(
+                Column(f"extraction_{kind}_{field}", lambda s, k=f"{kind}_{field}": read(s, k), since=3)
+            )
+        for end, index in (("_ci_low", 0), ("_ci_high", 1)):
+            found.append(Column(f"extraction_{kind}_difference{end}",
+                                lambda s, k=f"{kind}_difference_ci", i=index: read(s, k, i), setting=False,
+                                since=3))  # fmt: skip
+    return found
+
+
 #: the low-FPR columns (:func:`_tpr_columns`)
 TPR_COLUMNS = tuple(c.name for c in _tpr_columns())
 
@@ -104,6 +126,7 @@ ROW: list[Column] = [
     Column("n_members", lambda s: s.metrics["n_members"], "int", "attack"),
     Column("n_nonmembers", lambda s: s.metrics["n_nonmembers"], "int", "attack"),
     Column("utility_loss", lambda s: s.checkpoint["utility_loss"]),
+    *_extraction_columns(),
     Column("trainable_params", lambda s: s.record["trainable_params"], "int"),
     Column("trainable_fraction", lambda s: trainable_fraction(s.record), since=2),
     Column("train_seconds", lambda s: s.record["train"]["seconds"]),

@@ -1,0 +1,107 @@
+"""``findings.md``'s extraction section: how much of the training records a technique gives back.
+
+Per technique, from each undefended cell's checkpoints (the ``extraction_*`` columns: rates of records
+whose suffix greedy decoding gives back, and whose suffix top-k sampling gives back within n samples
+with probability p; privauditor.tasks.extraction), the members' rate less the non-members': what
+training added to what the base already predicts. At the last checkpoint: the mean over cells with a
+95 % t-interval over cells (scipy); at every epoch: the mean difference. Then how the techniques' order
+by that difference relates to their order by the attack's AUC (Spearman's ρ, scipy).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from . import blocks as blk
+from .formats import epoch_table, markdown_table
+
+KINDS = {"greedy": "greedy", "sampled": "(n, p)"}
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None or value != value else f"{value:.3f}"
+
+
+def mean_interval(values: list[float]) -> str:
+    """``mean [low, high]``: a 95 % t-interval over the values (the mean alone below two)."""
+    from scipy import stats
+
+    mean = float(np.mean(values))
+    if len(values) < 2 or np.std(values) == 0:
+        return _fmt(mean) + ("" if len(values) < 2 else f" [{_fmt(mean)}, {_fmt(mean)}]")
+    low, high = stats.t.interval(0.95, len(values) - 1, loc=mean, scale=stats.sem(values))
+    return f"{_fmt(mean)} [{_fmt(low)}, {_fmt(high)}]"
+
+
+def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
+    """The section's lines; none where no row carries extraction rates (results that predate them)."""
+    found = blk.trajectories(rows, attack)
+    last: dict[str, list[dict]] = defaultdict(list)
+    by_epoch: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for techniques in found.values():
+        for name, seeds in techniques.items():
+            for points in seeds.values():
+                points = [r for r in points if r.get("extraction_greedy_difference") is not None]
+                if points:
+                    last[name].append(points[-1])
+                for r in points:
+                    by_epoch[name][r["epoch"]].append(r["extraction_greedy_difference"])
+    if not last:
+        return []
+    head = ["technique", "cells"]
+    for label in KINDS.values():
+        head += [f"{label} members", f"{label} non-members", f"{label} difference [95 % CI]"]
+    body = []
+    for name in sorted(last):
+        cells = last[name]
+        line = [name, str(len(cells))]
+        for kind in KINDS:
+            line += [
+                _fmt(np.mean([r[f"extraction_{kind}_{side}"] for r in cells]))
+                for side in ("members", "nonmembers")
+            ]
+            line.append(mean_interval([r[f"extraction_{kind}_difference"] for r in cells]))
+        body.append(line)
+    return [
+        "## Extraction",
+        "",
+        "Discoverable extraction of each scored record: the prompt and its first target tokens as the prefix,",
+        "the next tokens as the suffix (`extraction.json` in each checkpoint's folder has the settings and",
+        "counts). *Greedy*: greedy decoding gives the suffix back. *(n, p)*: top-k sampling at temperature 1",
+        "gives it back at least once in n samples with probability p. Rates over the records long enough to",
+        "split; the difference (members less non-members) is what training added. At each cell's last",
+        "checkpoint, the mean over cells with a 95 % t-interval over cells:",
+        "",
+        markdown_table(head, body),
+        "",
+        "Mean greedy difference at each checkpoint:",
+        "",
+        epoch_table(by_epoch),
+        "",
+        *_against_auc(last, attack),
+    ]
+
+
+def _against_auc(last: dict[str, list[dict]], attack: str) -> list[str]:
+    """Spearman's ρ between the techniques' mean greedy difference and their mean AUC of ``attack``."""
+    from scipy import stats
+
+    names = sorted(last)
+    if len(names) < 3:
+        return []
+    extraction = [np.mean([r["extraction_greedy_difference"] for r in last[n]]) for n in names]
+    auc = [np.mean([r["auc"] for r in last[n]]) for n in names]
+    if np.ptp(extraction) == 0 or np.ptp(auc) == 0:
+        return [
+            f"Against `{attack}`'s AUC: no order to compare (one side is constant over the techniques).",
+            "",
+        ]
+    rho, p = stats.spearmanr(extraction, auc)
+    return [
+        f"Against `{attack}`'s AUC at the same checkpoints: Spearman's ρ over the {len(names)} techniques "
+        f"{rho:.2f} (p {p:.3g}; exploratory).",
+        "",
+    ]
