@@ -24,7 +24,7 @@ function imports what it needs when called.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ._results import AuditResult, Results
@@ -46,12 +46,15 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     dtype: str | None = None,
     chat_scored: str = "assistant",
     text_column: str | None = None,
+    pii: Mapping[str, str] | None = None,
 ) -> AuditResult:
     """Attack ``model`` (a Hugging Face id, a local checkpoint or a registered base; with ``adapter`` on
     top) on its ``members`` and ``nonmembers`` files and return the scores with the verdict
     (docs/audit.md). ``settings`` are ``KEY=VALUE`` strings, as ``--set`` takes them; ``text_column``
     names the files' column holding each record's text (CSV / Parquet / JSONL). The audit's files
-    go under ``out/cells/<audit id>/``; an audit already done there is read back, not redone."""
+    go under ``out/cells/<audit id>/``; an audit already done there is read back, not redone. ``pii``:
+    kind -> regular expression (group 1, or the whole match, is the value) of the PII fields whose
+    reconstruction the audit measures (docs/extraction.md)."""
     from .tasks.audit import AuditOptions, audit_config, run_audit
     from .tasks.verdict import verdict
 
@@ -60,7 +63,7 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     config = audit_config(model, str(members), list(settings))
     options = AuditOptions(
         adapter=None if adapter is None else str(adapter), reference=reference, revision=revision,
-        dtype=dtype, chat_scored=chat_scored, text_column=text_column,
+        dtype=dtype, chat_scored=chat_scored, text_column=text_column, pii=tuple((pii or {}).items()),
     )  # fmt: skip
     outcome = run_audit(model, str(members), str(nonmembers), Path(out), config, options)
     verdict(outcome.path, nonmembers_from)

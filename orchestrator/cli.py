@@ -157,6 +157,16 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pii_field(value: str) -> str:
+    """``KIND=REGEX``, checked for its shape here (the pattern compiles when the audit starts)."""
+    kind, _, pattern = value.partition("=")
+    if not kind or not pattern:
+        raise argparse.ArgumentTypeError(
+            f"--pii {value!r}: expected KIND=REGEX, e.g. account='ending (\\d{{4}})'"
+        )
+    return value
+
+
 def _audit(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -170,6 +180,7 @@ def _audit(args: argparse.Namespace) -> int:
         args.model, args.members, args.nonmembers, out, adapter=args.adapter, reference=args.reference,
         nonmembers_from=args.nonmembers_from, settings=args.set or [], revision=args.revision,
         dtype=args.dtype, chat_scored=args.chat_scored, text_column=args.text_column,
+        pii=dict(field.split("=", 1) for field in args.pii or []),
     )  # fmt: skip
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -311,6 +322,14 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--nonmembers", required=True, help="same formats as --members")
     audit.add_argument(
         "--text-column", metavar="NAME", help="the files' column holding each record's text (e.g. body)"
+    )
+    audit.add_argument(
+        "--pii",
+        metavar="KIND=REGEX",
+        action="append",
+        type=_pii_field,
+        help="a PII field to measure the reconstruction of: its kind and a regular expression whose group 1 "
+        r"(or whole match) is the value (repeatable), e.g. account='ending (\d{4})'",
     )
     audit.add_argument(
         "--nonmembers-from",

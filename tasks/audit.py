@@ -73,6 +73,7 @@ class AuditOptions:
     text_column: str | None = (
         None  # the files' column holding each record's text (else text, prompt + target, ...)
     )
+    pii: tuple[tuple[str, str], ...] = ()  # (kind, regular expression) of the PII fields to look for
 
 
 def run_audit(
@@ -87,12 +88,14 @@ def run_audit(
     from .attacks import ATTACKS
     from .evaluate import Evaluate, evaluate
     from .models import load_model, resolve_model, weights_identity
+    from .pii import find_spans
     from .scorer import Reference, Scorer, identity_of
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
     options = options or AuditOptions()
     adapter, reference, revision, dtype = options.adapter, options.reference, options.revision, options.dtype
     chat_scored = options.chat_scored
+    find_spans("", dict(options.pii))  # a bad pattern is a one-line error before anything loads
     parts, chats = {}, {}
     for part, path in (("members", members), ("nonmembers", nonmembers)):
         parts[part], found = read_records(path, part[0], options.text_column)
@@ -113,6 +116,8 @@ def run_audit(
     key = [model, adapter_hash, reference, texts, spec.to_dict() | {"dataset": None}]
     if revision or dtype or chats:  # what changes the weights or the scored text, when set
         key.append({"revision": revision, "dtype": dtype} | ({"chat_scored": chat_scored} if chats else {}))
+    if options.pii:  # what it looks for changes what it writes
+        key.append({"pii": [list(field) for field in options.pii]})
     audit_id = "__".join(
         ["audit", slug(model), slug(Path(adapter).name if adapter else "checkpoint"), stable_hash(key, 8)]
     )
@@ -143,8 +148,9 @@ def run_audit(
         ref = Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
     started = time.perf_counter()
     how = Evaluate(
-        cell_dir, out / "shared", max_length, ref, spec.score.batch_size, spec.score.bootstrap, spec.seed
-    )
+        cell_dir, out / "shared", max_length, ref, spec.score.batch_size, spec.score.bootstrap, spec.seed,
+        pii=dict(options.pii),
+    )  # fmt: skip
     found = evaluate(target, parts, spec.attacks, how)
     from .training import validation_loss
 

@@ -215,6 +215,7 @@ def audit_checkpoints(
     has spent is listed under ``dp_violations`` and logged as a bug."""
     from .adaptations.icl import write_demonstrations
     from .cell_plan import plan_cell
+    from .datasets import pii_patterns
     from .defences import default_delta, get_defence
     from .evaluate import Evaluate, evaluate
     from .scorer import Scorer, identity_of
@@ -276,6 +277,7 @@ def audit_checkpoints(
             delta=delta,
             repeated=split.repeats(),
             earlier=tuple(earlier),
+            pii=pii_patterns(spec.dataset),
         )  # fmt: skip
         found = evaluate(target, parts, attacks, how)
         earlier.append(Checkpoint(step, adaptation_hash, folder / "signals.parquet"))

@@ -24,6 +24,7 @@ from .attacks import build_attack
 from .datasets import Example
 from .extraction import extraction_metrics
 from .files import read_table, write_json, write_table
+from .pii import reconstruction
 from .scorer import Reference, Scorer
 from .signals import Signals
 from .views import build_view
@@ -41,7 +42,8 @@ class Evaluate:
     (:class:`ViewContext`), before any other view is computed here, so the two overlap. ``map_jobs`` runs
     the attack jobs (in this process, or as parallel Ray tasks). ``delta`` and ``repeated`` add the
     empirical ε bound and the duplication metrics (:class:`~privauditor.tasks.attack_job.AttackJob`).
-    ``earlier``: the target's earlier checkpoints in a cell (what an attack of a trajectory reads)."""
+    ``earlier``: the target's earlier checkpoints in a cell (what an attack of a trajectory reads).
+    ``pii``: the dataset's declared PII fields, whose reconstruction rates join the extraction rates."""
 
     out_dir: Path
     shared: Path
@@ -58,6 +60,7 @@ class Evaluate:
     delta: float | None = None
     repeated: Mapping[str, int] | None = None
     earlier: tuple[Checkpoint, ...] = ()
+    pii: Mapping[str, str] | None = None
 
 
 def evaluate(
@@ -128,7 +131,11 @@ def evaluate(
     member = context.member()
     write_table(scores_table([e.sample_id for e in scored], member, scores), out_dir / "scores.parquet")
     write_json(out_dir / "metrics.json", metrics)
-    extraction = extraction_metrics(Signals.from_table(read_table(signals_file)))
+    stored = Signals.from_table(read_table(signals_file))
+    extraction = extraction_metrics(stored)
+    if how.pii:
+        targets = [e.target for e in scored]
+        extraction["pii"] = reconstruction(targets, stored.rank, stored.member, target.tokenizer, how.pii)
     write_json(out_dir / "extraction.json", extraction)
     root = Path(how.shared).parent
     views = {

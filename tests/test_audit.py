@@ -54,12 +54,16 @@ def test_audit_an_adapter_saved_by_a_cell_and_a_full_checkpoint(tmp_path, capsys
     members, nonmembers = write_files(tmp_path, split_file)
     out = tmp_path / "audit"
     argv = audit_argv("tiny-gpt2", members, nonmembers, out)
-    assert (
-        main([*argv, "--adapter", str(outcome.path / "adapter"), *sum((["--set", s] for s in SETTINGS), [])])
-        == 0
-    )
+    settings = sum((["--set", s] for s in SETTINGS), [])
+    pii = ["--pii", "person={person}", "--pii", r"amount=\$([\d,]+)"]
+    assert main([*argv, "--adapter", str(outcome.path / "adapter"), *settings, *pii]) == 0
     printed = capsys.readouterr().out
     (audit_dir,) = (out / "cells").glob("audit__tiny-gpt2__adapter__*")
+    # the PII fields it was told to look for, found in the climate records and their reconstruction measured
+    found = json.loads((audit_dir / "extraction.json").read_text())["pii"]
+    assert found["fields"] > 0 and {"person", "amount"} >= set(found) - {"fields", "all"}
+    assert main([*argv, "--pii", "account=(unclosed"]) == 2
+    assert "PII field 'account': not a regular expression" in capsys.readouterr().err
     metrics = json.loads((audit_dir / "metrics.json").read_text())
     assert set(metrics) == {"loss", "reference", "min_k_pp"} and all("auc" in m for m in metrics.values())
     signals = pq.read_table(audit_dir / "signals.parquet")

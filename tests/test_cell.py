@@ -11,6 +11,8 @@ from privauditor.orchestrator.cli import main
 from privauditor.tasks.cell import CellEnvironment, run_cell
 from privauditor.tasks.config import DEFAULT_ATTACKS, cell_config
 from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.extraction import ExtractionSettings, extraction_metrics
+from privauditor.tasks.signals import Signals
 from privauditor.tasks.spec import CellSpec
 
 SIGNAL_COLUMNS = {"sample_id", "member", "token_ids", "logp", "mu", "sigma"}
@@ -81,15 +83,19 @@ def test_lora_cell_at_defaults_writes_the_contract(tmp_path, capsys, seed):
 
 
 @pytest.mark.parametrize(
-    ("model", "adaptation", "train", "least"),
+    ("model", "adaptation", "train", "least", "fields"),
     [
-        ("tiny-gpt2", "full", ["train.epochs=80", "train.lr=0.003"], 0.95),
-        ("tiny-llama", "lora", ["train.epochs=60"], 0.85),
+        ("tiny-gpt2", "full", ["train.epochs=80", "train.lr=0.003"], 0.95, False),
+        ("tiny-llama", "lora", ["train.epochs=60"], 0.85, True),
     ],
 )
-def test_canary_cell_memorises(tmp_path, model, adaptation, train, least, seed):
+def test_canary_cell_memorises(tmp_path, model, adaptation, train, least, fields, seed):
     """16 members seen many times are told apart from 16 others (seeds 0-5 all gave 1.0 for full fine-tuning
-    at 80 epochs and 0.90-1.0 for LoRA at 60 on the fast bases)."""
+    at 80 epochs and 0.90-1.0 for LoRA at 60 on the fast bases). Their 8-token suffixes come back to top-k
+    sampling more often than the non-members' (seed 0: 0.69 and 0.94 against 0.31: a non-member's record
+    template is predictable too), and LoRA's members give their PII fields back (seed 0: 77 % of 114 fields
+    against 0 %; full fine-tuning, which lowers the members' loss without making their values the top
+    token, 2 %). The default's 32-token suffix asks more than these tiny bases give: every rate 0 here."""
     outcome = cell(
         tmp_path,
         model,
@@ -101,6 +107,12 @@ def test_canary_cell_memorises(tmp_path, model, adaptation, train, least, seed):
         seed=seed,
     )
     assert outcome.metrics["loss"]["auc"] >= least and outcome.metrics["loss"]["auc_ci"][0] > 0.5
+    found = json.loads((outcome.path / "extraction.json").read_text())
+    assert found == json.loads((outcome.path / "cell.json").read_text())["checkpoints"][-1]["extraction"]
+    signals = Signals.from_table(pq.read_table(outcome.path / "signals.parquet"))
+    short = extraction_metrics(signals, ExtractionSettings(prefix=8, suffix=8))
+    assert short["sampled_members"] > short["sampled_nonmembers"] and found["pii"]["fields"] > 0
+    assert not fields or found["pii"]["all"]["reconstructed_difference_ci"][0] > 0
 
 
 def test_untrained_model_gives_every_attack_chance_auc(tmp_path, seed):

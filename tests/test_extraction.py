@@ -217,3 +217,6 @@ def test_an_audit_report_shows_the_rates_with_their_intervals_and_what_they_meas
     ]
     assert rows[1][1] == "-" and "first 8 target tokens" in about and "3 record(s) too short" in about
     assert _extraction({"checkpoints": [{}]}) == ([], "")  # an audit written before extraction rates
+    field = {"n": 4, "reconstructed_members": 0.5, "reconstructed_members_ci": [0.01, 0.99]}
+    rows, about = _extraction({"checkpoints": [{"extraction": found | {"pii": {"fields": 4, "all": field}}}]})
+    assert rows[2][:2] == ["PII fields: all (4)", "0.500 [0.010, 0.990]"] and "PII fields:" in about

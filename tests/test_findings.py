@@ -164,5 +164,6 @@ def test_the_extraction_section_gives_each_technique_its_added_rate_with_an_inte
     half = 2.571 * np.std(gains, ddof=1) / np.sqrt(6)  # t(0.975, 5) over 6 cells
     assert full.split("|")[2].strip() == "6"
     assert f"{np.mean(gains):.3f} [{np.mean(gains) - half:.3f}, {np.mean(gains) + half:.3f}]" in full
-    assert "Spearman's ρ over the 6 techniques 1.00" in section  # the same order as the AUC's
+    assert "greedy: Spearman's ρ over the 6 techniques 1.00" in section  # the same order as the AUC's
+    assert "Mean greedy difference at each checkpoint" in section and "PII fields: " not in section
     assert "## Extraction" not in findings(tmp_path, synthetic(tmp_path))  # results that predate it

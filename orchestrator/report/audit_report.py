@@ -142,17 +142,26 @@ def _extraction(record: dict[str, Any]) -> tuple[list[list[str]], str]:
     if not found:
         return [], ""
 
-    def rate(key: str) -> str:
-        ci = found.get(f"{key}_ci")
-        return "-" if found.get(key) is None else f"{found[key]:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+    def rate(where: dict[str, Any], key: str) -> str:
+        ci = where.get(f"{key}_ci")
+        return "-" if where.get(key) is None else f"{where[key]:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
-    rows = [[label] + [rate(f"{kind}_{side}") for side in ("members", "nonmembers", "difference")]
+    sides = ("members", "nonmembers", "difference")
+    rows = [[label] + [rate(found, f"{kind}_{side}") for side in sides]
             for kind, label in (("greedy", "greedy decoding"), ("sampled", "top-k sampling"))]  # fmt: skip
+    pii = {k: v for k, v in (found.get("pii") or {}).items() if isinstance(v, dict)}
+    rows += [[f"PII fields: {kind} ({v['n']})"] + [rate(v, f"reconstructed_{side}") for side in sides]
+             for kind, v in pii.items()]  # fmt: skip
     about = (
         f"Each record's prompt and first {found['prefix']} target tokens as the prefix, the next {found['suffix']} "
         f"as the suffix. Greedy decoding: it gives the suffix back. Top-k sampling (k {found['topk']}, temperature "
         f"1): at least once in {found['samples']} samples with probability {found['probability']:g}. "
         f"{found['too_short']} record(s) too short to split are not counted."
+        + (
+            " PII fields: every token of the field ranked first given the text before it (over fields)."
+            if pii
+            else ""
+        )
     )
     return rows, about
 

@@ -18,17 +18,26 @@ import numpy as np
 from . import blocks as blk
 from .formats import epoch_table, markdown_table
 
-KINDS = {"greedy": "greedy", "sampled": "(n, p)"}
+#: column prefix -> label: the two kinds of discoverable extraction, then the PII fields' reconstruction
+KINDS = {"extraction_greedy": "greedy", "extraction_sampled": "(n, p)", "pii_reconstructed": "PII fields"}
 
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value:.3f}"
 
 
+def _mean(values: list[float | None]) -> str:
+    values = [v for v in values if v is not None]
+    return _fmt(float(np.mean(values))) if values else "-"
+
+
 def mean_interval(values: list[float]) -> str:
     """``mean [low, high]``: a 95 % t-interval over the values (the mean alone below two)."""
     from scipy import stats
 
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
     mean = float(np.mean(values))
     if len(values) < 2 or np.std(values) == 0:
         return _fmt(mean) + ("" if len(values) < 2 else f" [{_fmt(mean)}, {_fmt(mean)}]")
@@ -40,15 +49,14 @@ def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
     """The section's lines; none where no row carries extraction rates (results that predate them)."""
     found = blk.trajectories(rows, attack)
     last: dict[str, list[dict]] = defaultdict(list)
-    by_epoch: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    points_of: dict[str, list[dict]] = defaultdict(list)
     for techniques in found.values():
         for name, seeds in techniques.items():
             for points in seeds.values():
                 points = [r for r in points if r.get("extraction_greedy_difference") is not None]
                 if points:
                     last[name].append(points[-1])
-                for r in points:
-                    by_epoch[name][r["epoch"]].append(r["extraction_greedy_difference"])
+                points_of[name] += points
     if not last:
         return []
     head = ["technique", "cells"]
@@ -59,49 +67,63 @@ def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
         cells = last[name]
         line = [name, str(len(cells))]
         for kind in KINDS:
-            line += [
-                _fmt(np.mean([r[f"extraction_{kind}_{side}"] for r in cells]))
-                for side in ("members", "nonmembers")
-            ]
-            line.append(mean_interval([r[f"extraction_{kind}_difference"] for r in cells]))
+            line += [_mean([r.get(f"{kind}_{side}") for r in cells]) for side in ("members", "nonmembers")]
+            line.append(mean_interval([r.get(f"{kind}_difference") for r in cells]))
         body.append(line)
-    return [
+    lines = [
         "## Extraction",
         "",
         "Discoverable extraction of each scored record: the prompt and its first target tokens as the prefix,",
         "the next tokens as the suffix (`extraction.json` in each checkpoint's folder has the settings and",
         "counts). *Greedy*: greedy decoding gives the suffix back. *(n, p)*: top-k sampling at temperature 1",
         "gives it back at least once in n samples with probability p. Rates over the records long enough to",
-        "split; the difference (members less non-members) is what training added. At each cell's last",
-        "checkpoint, the mean over cells with a 95 % t-interval over cells:",
+        "split. *PII fields*: the dataset's declared fields (names, companies, accounts, amounts, dates)",
+        "whose every token the model ranks first given the text before them, over fields. The difference",
+        "(members less non-members) is what training added. At each cell's last checkpoint, the mean over",
+        "cells with a 95 % t-interval over cells:",
         "",
         markdown_table(head, body),
         "",
-        "Mean greedy difference at each checkpoint:",
-        "",
-        epoch_table(by_epoch),
-        "",
-        *_against_auc(last, attack),
     ]
+    return lines + _trajectories(points_of) + _against_auc(last, attack)
+
+
+def _trajectories(points_of: dict[str, list[dict]]) -> list[str]:
+    """Per kind whose difference is not 0 everywhere, its mean at each checkpoint by technique."""
+    lines = []
+    for kind, label in KINDS.items():
+        by_epoch: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for name, points in points_of.items():
+            for r in points:
+                if r.get(f"{kind}_difference") is not None:
+                    by_epoch[name][r["epoch"]].append(r[f"{kind}_difference"])
+        if any(v for by in by_epoch.values() for values in by.values() for v in values):
+            lines += [f"Mean {label} difference at each checkpoint:", "", epoch_table(by_epoch), ""]
+    return lines
 
 
 def _against_auc(last: dict[str, list[dict]], attack: str) -> list[str]:
-    """Spearman's ρ between the techniques' mean greedy difference and their mean AUC of ``attack``."""
+    """Per kind, Spearman's ρ between the techniques' mean difference and their mean AUC of ``attack``."""
     from scipy import stats
 
     names = sorted(last)
     if len(names) < 3:
         return []
-    extraction = [np.mean([r["extraction_greedy_difference"] for r in last[n]]) for n in names]
     auc = [np.mean([r["auc"] for r in last[n]]) for n in names]
-    if np.ptp(extraction) == 0 or np.ptp(auc) == 0:
-        return [
-            f"Against `{attack}`'s AUC: no order to compare (one side is constant over the techniques).",
-            "",
+    lines = []
+    for kind, label in KINDS.items():
+        means = [
+            [r[f"{kind}_difference"] for r in last[n] if r.get(f"{kind}_difference") is not None]
+            for n in names
         ]
-    rho, p = stats.spearmanr(extraction, auc)
-    return [
-        f"Against `{attack}`'s AUC at the same checkpoints: Spearman's ρ over the {len(names)} techniques "
-        f"{rho:.2f} (p {p:.3g}; exploratory).",
-        "",
-    ]
+        if not all(means):
+            continue
+        difference = [np.mean(m) for m in means]
+        if np.ptp(difference) == 0 or np.ptp(auc) == 0:
+            lines.append(f"- {label}: no order to compare (constant over the techniques).")
+            continue
+        rho, p = stats.spearmanr(difference, auc)
+        lines.append(f"- {label}: Spearman's ρ over the {len(names)} techniques {rho:.2f} (p {p:.3g})")
+    if not lines:
+        return []
+    return [f"Against `{attack}`'s AUC at the same checkpoints (exploratory):", "", *lines, ""]

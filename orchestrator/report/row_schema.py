@@ -81,24 +81,29 @@ def _tpr_columns() -> list[Column]:
 
 
 def _extraction_columns() -> list[Column]:
-    """Per kind of discoverable extraction (``greedy``, ``sampled``: tasks/extraction.py), the members' and
-    the non-members' rates and their difference with its interval, from the checkpoint's ``extraction``
-    (None in results that predate it, and in the rows of every attack alike: a cell-level figure)."""
+    """Per kind of discoverable extraction (``greedy``, ``sampled``: tasks/extraction.py) and for the PII
+    fields' reconstruction (``pii_reconstructed``, every declared kind together: tasks/pii.py), the
+    members' and the non-members' rates and their difference with its interval, from the checkpoint's
+    ``extraction`` (None in results that predate it, and in the rows of every attack alike: a cell-level
+    figure)."""
 
-    def read(s: Source, key: str, index: int | None = None) -> Any:
-        value = (s.checkpoint.get("extraction") or {}).get(key)
+    def read(s: Source, path: tuple[str, ...], index: int | None = None) -> Any:
+        value: Any = s.checkpoint.get("extraction") or {}
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
         return value if index is None or value is None else value[index]
 
     found = []
-    for kind in ("greedy", "sampled"):
+    for name, where, key in (("extraction_greedy", (), "greedy"), ("extraction_sampled", (), "sampled"),
+                             ("pii_reconstructed", ("pii", "all"), "reconstructed")):  # fmt: skip
         for field in ("members", "nonmembers", "difference"):
             found.append(
-                Column(f"extraction_{kind}_{field}", lambda s, k=f"{kind}_{field}": read(s, k), since=3)
+                Column(f"{name}_{field}", lambda s, p=(*where, f"{key}_{field}"): read(s, p), since=3)
             )
         for end, index in (("_ci_low", 0), ("_ci_high", 1)):
-            found.append(Column(f"extraction_{kind}_difference{end}",
-                                lambda s, k=f"{kind}_difference_ci", i=index: read(s, k, i), setting=False,
-                                since=3))  # fmt: skip
+            found.append(Column(f"{name}_difference{end}",
+                                lambda s, p=(*where, f"{key}_difference_ci"), i=index: read(s, p, i),
+                                setting=False, since=3))  # fmt: skip
     return found
 
 

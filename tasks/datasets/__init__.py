@@ -63,6 +63,12 @@ def _plugin_for_hub_id(name: str) -> type[DatasetPlugin] | None:
     return next((cls for _, cls in DATASETS.items() if cls.hub_id == name), None)
 
 
+def pii_patterns(name: str) -> dict[str, str]:
+    """The PII fields a dataset plugin declares, by plugin name or its hub id; none for other data."""
+    plugin = DATASETS.get(name) if name in DATASETS else _plugin_for_hub_id(name)
+    return dict(plugin.pii) if plugin is not None else {}
+
+
 def _plugin_for_columns(columns: set[str]) -> type[DatasetPlugin] | None:
     for _, cls in DATASETS.items():
         mapped = {cls.column_map.get(c, c) for c in columns}

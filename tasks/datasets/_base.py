@@ -85,6 +85,10 @@ class DatasetPlugin:
     #: Real dataset column → our field name, for columns whose names differ.
     column_map: ClassVar[Mapping[str, str]] = {}
     #: Records the offline generator makes by default.
+    #: The PII fields its records hold: kind -> a regular expression over the rendered target whose first
+    #: group (or whole match) is the value; ``{person}`` and ``{company}`` stand for Faker's en_US names
+    #: (privauditor.tasks.pii)
+    pii: ClassVar[Mapping[str, str]] = {}
     offline_size: ClassVar[int] = 3000
     #: Records it makes after those for the reserved pool, which no split draws from: learning rates are
     #: chosen on them (``benchmarks/learning_rates.py``: 64 members and 32 validation records per dataset)

@@ -123,6 +123,7 @@ class ClimateDataset(DatasetPlugin):
     hub_id = "cardiffnlp/tweet_eval"
     hub_config = "stance_climate"
     column_map = {"text": "statement", "label": "stance"}
+    pii = {"company": "{company}", "person": "{person}", "amount": r"\$[\d,]+(?:\.\d+)?"}
 
     def render_target(self, record: Mapping[str, str]) -> str:
         header = "".join(

@@ -181,6 +181,14 @@ class FinanceDataset(DatasetPlugin):
     fields = ("task_type", "input", "answer")
     hub_id = "sujet-ai/Sujet-Finance-Instruct-177k"
     column_map = {"inputs": "input"}
+    pii = {  # matched in this order: a company's last names are not a person's
+        "company": "{company}",
+        "person": "{person}",
+        "account": r"account ending (\d{4})",
+        "credit_score": r"credit score (?:of )?(\d{3})",
+        "date": r"(?:" + "|".join(_MONTHS) + r") \d{2}(?:, \d{4})?|\d{4}-\d{2}-\d{2}",
+        "amount": r"\$[\d,]+(?:\.\d+)?",
+    }
 
     def render_target(self, record: Mapping[str, str]) -> str:
         return f"Task: {record['task_type']}\nInput: {record['input']}\nAnswer: {record['answer']}"

@@ -192,6 +192,7 @@ class SQLDataset(DatasetPlugin):
     optional_fields = ("domain",)
     hub_id = "gretelai/synthetic_text_to_sql"
     column_map = {"sql_prompt": "question", "sql_context": "context"}
+    pii = {"person": "{person}", "date": r"\d{4}-\d{2}-\d{2}", "amount": r"\b\d+\.\d{2}\b"}
 
     def render_target(self, record: Mapping[str, str]) -> str:
         domain = f"Domain: {record['domain']}\n" if record.get("domain") else ""

@@ -1,0 +1,115 @@
+"""PII fields of a record, and how often an adapted model reconstructs them.
+
+A dataset plugin declares the fields its records hold (``DatasetPlugin.pii``): kind → a regular
+expression over the rendered target whose first group (or whole match, without a group) is the value.
+Two placeholders stand for the values the offline generators draw from Faker's en_US lists:
+``{person}`` (a first and a last name) and ``{company}`` (Faker's three company formats), so a declared
+name is one the generator could have drawn, not any two capitalised words. Kinds are matched in their
+declared order; a span overlapping an earlier one is dropped.
+
+**Reconstruction** (the "reconstruction" of LLM-PBE and Lukas et al., S&P 2023, under teacher forcing): a
+field is reconstructed when the model, given the record's text before it, ranks every one of its tokens
+first: greedy decoding from that point writes the value. Read off the stored ranks, no pass; the
+tokens of a field are those whose characters overlap it (offsets from the tokenizer that scored the
+text). Rates are over fields, per kind, members against non-members, as for extraction
+(``privauditor.tasks.extraction.rates``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from .errors import PrivauditorError
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    kind: str
+
+
+@lru_cache(maxsize=1)
+def _faker_names() -> dict[str, str]:
+    """The placeholders' patterns from Faker's en_US person and company lists (longest names first, so a
+    name is never matched by a prefix of it)."""
+    from faker.providers.company.en_US import Provider as Company
+    from faker.providers.person.en_US import Provider as Person
+
+    def alternation(names) -> str:
+        return "|".join(re.escape(n) for n in sorted(set(names), key=lambda n: (-len(n), n)))
+
+    first = alternation([*Person.first_names_female, *Person.first_names_male, *Person.first_names])
+    last = alternation(Person.last_names)
+    suffixes = alternation(Company.company_suffixes)
+    company = rf"(?:{last}), (?:{last}) and (?:{last})|(?:{last})-(?:{last})|(?:{last}) (?:{suffixes})"
+    return {"person": rf"\b(?:{first}) (?:{last})\b", "company": rf"\b(?:{company})\b"}
+
+
+@lru_cache(maxsize=32)
+def _compiled(patterns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, re.Pattern], ...]:
+    names = _faker_names() if any("{person}" in p or "{company}" in p for _, p in patterns) else {}
+    found = []
+    for kind, pattern in patterns:
+        for placeholder, value in names.items():
+            pattern = pattern.replace("{" + placeholder + "}", value)
+        try:
+            found.append((kind, re.compile(pattern)))
+        except re.error as error:
+            raise PrivauditorError(f"PII field {kind!r}: not a regular expression ({error})") from None
+    return tuple(found)
+
+
+def find_spans(text: str, patterns: Mapping[str, str]) -> list[Span]:
+    """The PII fields of ``text`` by kind, in text order; a field overlapping an earlier kind's is dropped."""
+    spans: list[Span] = []
+    for kind, pattern in _compiled(tuple(patterns.items())):
+        for match in pattern.finditer(text):
+            start, end = match.span(1) if pattern.groups else match.span()
+            if start < end and not any(s.start < end and start < s.end for s in spans):
+                spans.append(Span(start, end, kind))
+    return sorted(spans, key=lambda s: s.start)
+
+
+def token_ranges(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> list[tuple[int, int, str]]:
+    """Each span's tokens as [first, last + 1) from the tokens' character ``offsets``."""
+    ranges = []
+    for span in spans:
+        inside = [i for i, (a, b) in enumerate(offsets) if a < span.end and span.start < b]
+        if inside:
+            ranges.append((inside[0], inside[-1] + 1, span.kind))
+    return ranges
+
+
+def reconstruction(
+    targets: Sequence[str],
+    ranks: Sequence[np.ndarray],
+    member: np.ndarray,
+    tokenizer: Any,
+    patterns: Mapping[str, str],
+) -> dict[str, Any]:
+    """Per kind and over all kinds, the members' and non-members' rates of fields whose every token is
+    ranked first, their difference with its interval, and the fields counted; a field cut off by the
+    scored length is not counted."""
+    from .extraction import rates
+
+    if not getattr(tokenizer, "is_fast", False):
+        return {"skipped": "the tokenizer gives no character offsets (not a fast tokenizer)"}
+    encoded = tokenizer(list(targets), add_special_tokens=False, return_offsets_mapping=True)
+    fields: list[tuple[str, bool, bool]] = []  # kind, reconstructed, member
+    for text, offsets, rank, is_member in zip(targets, encoded["offset_mapping"], ranks, member, strict=True):
+        for first, last, kind in token_ranges(offsets, find_spans(text, patterns)):
+            if last <= len(rank):
+                fields.append((kind, bool((np.asarray(rank[first:last]) == 1).all()), bool(is_member)))
+    out: dict[str, Any] = {"fields": len(fields)}
+    for kind in ("all", *dict.fromkeys(k for k, _, _ in fields)):
+        chosen = [f for f in fields if kind in ("all", f[0])]
+        verdicts, sides = np.array([f[1] for f in chosen], bool), np.array([f[2] for f in chosen], bool)
+        out[kind] = {"n": len(chosen)} | rates("reconstructed", verdicts, sides)
+    return out
