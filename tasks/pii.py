@@ -68,23 +68,29 @@ def _compiled(patterns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, re.Patt
 
 def find_spans(text: str, patterns: Mapping[str, str]) -> list[Span]:
     """The PII fields of ``text`` by kind, in text order; a field overlapping an earlier kind's is dropped."""
+    return list(_spans(text, tuple(patterns.items())))
+
+
+@lru_cache(maxsize=8192)  # a cell's checkpoints score the same texts
+def _spans(text: str, patterns: tuple[tuple[str, str], ...]) -> tuple[Span, ...]:
     spans: list[Span] = []
-    for kind, pattern in _compiled(tuple(patterns.items())):
+    for kind, pattern in _compiled(patterns):
         for match in pattern.finditer(text):
             start, end = match.span(1) if pattern.groups else match.span()
             if start < end and not any(s.start < end and start < s.end for s in spans):
                 spans.append(Span(start, end, kind))
-    return sorted(spans, key=lambda s: s.start)
+    return tuple(sorted(spans, key=lambda s: s.start))
 
 
 def token_ranges(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> list[tuple[int, int, str]]:
     """Each span's tokens as [first, last + 1) from the tokens' character ``offsets``."""
-    ranges = []
-    for span in spans:
-        inside = [i for i, (a, b) in enumerate(offsets) if a < span.end and span.start < b]
-        if inside:
-            ranges.append((inside[0], inside[-1] + 1, span.kind))
-    return ranges
+    bounds = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    overlaps = [(bounds[:, 0] < span.end) & (span.start < bounds[:, 1]) for span in spans]
+    return [
+        (int(inside.argmax()), len(inside) - int(inside[::-1].argmax()), span.kind)
+        for span, inside in zip(spans, overlaps, strict=True)
+        if inside.any()
+    ]
 
 
 def reconstruction(
