@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 #: attacks of 2025 or later (the anchors' own and the other recent ones); every other is "before 2025"
-RECENT = {"ezmia", "wbc", "informia", "gap_k", "camia", "lt_iqr"}
+RECENT = {"ezmia", "ezmia (authors' 0)", "wbc", "informia", "gap_k", "camia", "lt_iqr"}
 CONTROLS = {"blind"}
 
 
@@ -30,14 +30,50 @@ def interpolated(roc: list[list[float]], fpr: float = 0.01) -> float:
     return float(np.interp(fpr, points[:, 0], points[:, 1]))
 
 
-def last_metrics(cell: Path) -> tuple[dict, dict]:
+def last_metrics(cell: Path) -> tuple[dict, dict, dict]:
     record = json.loads((cell / "cell.json").read_text())
     last = max(record["checkpoints"], key=lambda c: c["step"])
-    return record, json.loads((cell / last["path"] / "metrics.json").read_text())
+    return record, last, json.loads((cell / last["path"] / "metrics.json").read_text())
+
+
+def rescored(results: Path, checkpoint: dict, attack: str, params: dict) -> dict:
+    """``attack`` at other hyper-parameters on the views the run stored for it at ``checkpoint``: its
+    metrics (e.g. EZ-MIA with the authors' 0 for degenerate texts, which the run's default scores 1)."""
+    from privauditor.tasks.attacks import build_attack
+    from privauditor.tasks.files import read_table
+    from privauditor.tasks.metrics import attack_metrics
+
+    built = build_attack(attack, params)
+    views = {role: view.read(read_table(results / checkpoint["views"][attack][role]))
+             for role, view in built.views().items()}  # fmt: skip
+    return attack_metrics(views["signals"].member, built.score(views))
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
+
+
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+ZERO = "ezmia (authors' 0)"
+
+
+def claim(cell: str, scored: dict) -> dict:
+    """Per convention (strict, interpolated), every attack's TPR at 1 % FPR, the best attack before 2025
+    and the best of 2025-26."""
+    out: dict = {"cell": cell}
+    for rule in ("strict", "interpolated"):
+        tpr = {
+            a: m["tpr_at_1pct_fpr"] if rule == "strict" else interpolated(m["roc"]) for a, m in scored.items()
+        }
+        older = [a for a in tpr if a not in RECENT | CONTROLS]
+        out[rule] = tpr | {
+            "best": max(older, key=tpr.get),
+            "recent": max((a for a in tpr if a in RECENT), key=tpr.get),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     cells = sorted(p for p in (args.results / "cells").iterdir() if (p / "DONE").exists())
     claims = []
     for cell in cells:
-        record, metrics = last_metrics(cell)
+        record, last, metrics = last_metrics(cell)
         config = record["config"]
+        if "ezmia" in metrics and "auc" in metrics["ezmia"]:
+            metrics[ZERO] = rescored(args.results, last, "ezmia", {"degenerate": "zero"})
         scored = {a: m for a, m in metrics.items() if "auc" in m}
         n = next(iter(scored.values()))["n_nonmembers"]
         print(f"\n### {config['model']} / {config['adaptation']} / {config['dataset']} ({n} non-members)\n")
@@ -65,27 +103,24 @@ def main(argv: list[str] | None = None) -> int:
             print("\nskipped: " + "; ".join(f"{a} ({why})" for a, why in sorted(skipped.items())))
         if config["adaptation"] == "none":
             continue
-        older = {a: m["tpr_at_1pct_fpr"] for a, m in scored.items() if a not in RECENT | CONTROLS}
-        best = max(older, key=older.get)
-        tpr = {a: m["tpr_at_1pct_fpr"] for a, m in scored.items()}
-        claims.append({
-            "cell": f"{config['model']}/{config['adaptation']}", "best_before_2025": best, "its_tpr": older[best],
-            "ezmia": tpr.get("ezmia"), "ezmia_over_best": ratio(tpr.get("ezmia"), older[best]),
-            "wbc": tpr.get("wbc"), "wbc_over_reference": ratio(tpr.get("wbc"), tpr.get("reference")),
-            "wbc_over_best": ratio(tpr.get("wbc"), older[best]),
-            "best_recent": max((a for a in scored if a in RECENT), key=lambda a: tpr[a]),
-        })  # fmt: skip
-    print("\n| cell | best before 2025 (TPR@1%) | ezmia | ezmia / best (paper x3.8) | wbc | wbc / reference | "
-          "wbc / best (paper 2-3x) | best of 2025-26 |")  # fmt: skip
+        claims.append(claim(f"{config['model']}/{config['adaptation']}", scored))
+    print(
+        "\n| cell | convention | best before 2025 | ezmia (x over it; paper x3.8) | ezmia, authors' 0 (x) | "
+        "wbc (x; paper 2-3x) | wbc / reference | best of 2025-26 |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-
-    def fmt(x):
-        return "-" if x is None else f"{x:.2f}"
-
     for c in claims:
-        print(f"| {c['cell']} | {c['best_before_2025']} ({c['its_tpr']:.3f}) | {fmt(c['ezmia'])} | "
-              f"{fmt(c['ezmia_over_best'])} | {fmt(c['wbc'])} | {fmt(c['wbc_over_reference'])} | "
-              f"{fmt(c['wbc_over_best'])} | {c['best_recent']} |")  # fmt: skip
+        for rule in ("strict", "interpolated"):
+            t, best = c[rule], c[rule][c[rule]["best"]]
+
+            def cell(name, t=t, best=best):
+                return "-" if t.get(name) is None else f"{t[name]:.3f} (x{fmt(ratio(t[name], best))})"
+
+            print(
+                f"| {c['cell']} | {rule} | {c[rule]['best']} {best:.3f} | {cell('ezmia')} | "
+                f"{cell(ZERO)} | {cell('wbc')} | {fmt(ratio(t.get('wbc'), t.get('reference')))} | "
+                f"{t['recent']} {t[t['recent']]:.3f} |"
+            )
     print(json.dumps({"cells": len(cells), "claims": claims}))
     return 0
 

@@ -34,6 +34,7 @@ def test_shipped_sweeps_validate_and_the_default_keeps_what_it_must():
         "paper",
         "full",
         "lowfpr",
+        "lowfpr_opt",
     }
     default = load_sweep("default")
     models = {c.model for c in default.cells}
@@ -48,9 +49,11 @@ def test_shipped_sweeps_validate_and_the_default_keeps_what_it_must():
     full = load_sweep("full")
     assert len({c.model for c in full.cells}) == 6 and len({c.dataset for c in full.cells}) == 3
     assert len({c.seed for c in full.cells}) >= 2
-    lowfpr = load_sweep("lowfpr")
-    assert all(c.split.nonmembers >= 1000 for c in lowfpr.cells) and len({c.model for c in lowfpr.cells}) >= 2
+    lowfpr, second = load_sweep("lowfpr"), load_sweep("lowfpr_opt")
+    assert all(c.split.nonmembers >= 1000 for c in lowfpr.cells + second.cells)
+    assert len({c.model for c in lowfpr.cells + second.cells}) >= 2  # two bases
     assert all(set(c.attacks) == set(ATTACKS.names()) for c in lowfpr.cells)  # every attack
+    assert {"ezmia", "wbc", "reference", "loss"} <= set(second.cells[0].attacks)
     paper = load_sweep("paper")
     assert all(c.attack_params["neighbourhood"]["k"] == 25 for c in paper.cells)
     quick = load_sweep("quick")
