@@ -94,10 +94,12 @@ def _top_values(rows: torch.Tensor, k: int) -> torch.Tensor:
     ``TOP_BLOCKS`` blocks (block j: entries j, j + TOP_BLOCKS, ..., so that the blocks' maxima are one
     vectorised reduction), and the selection runs on the ``k`` blocks with the largest maxima (and the
     entries past the last whole stride) alone. They hold every one of the row's ``k`` largest values: a
-    value outside them has ``k`` block maxima at least as large. On CPU each stage is numpy's
-    introselect (``np.partition``, values only), several times faster than ``topk`` on short rows; the
-    two stages together take about a fifth of ``topk``'s time over whole rows at a vocabulary of 4k
-    (``benchmarks/scoring.py``)."""
+    value outside them has ``k`` block maxima at least as large. Each stage is ``topk``, which splits
+    rows over torch's threads, except on a CPU with one torch thread (a sweep's worker at one CPU per
+    trial), where numpy's introselect (``np.partition``, values only) is faster: measured on 2 cores, the
+    two stages at 1 thread took 0.89 ms with numpy against 1.46 ms with ``topk`` for 128 rows of 4,096,
+    and 0.64 against 0.61 ms for 16 rows of 32,000; at 2 threads ``topk`` 0.18 ms against 0.39 for the
+    latter."""
     n, vocab = rows.shape
     size = vocab // TOP_BLOCKS
     if size < 2 or 2 * k > TOP_BLOCKS:
@@ -107,17 +109,22 @@ def _top_values(rows: torch.Tensor, k: int) -> torch.Tensor:
     candidates = whole.gather(2, best[:, None, :].expand(n, size, k)).reshape(n, -1)
     if size * TOP_BLOCKS < vocab:
         candidates = torch.cat([candidates, rows[:, size * TOP_BLOCKS :]], dim=-1)
-    if candidates.device.type != "cpu":
+    if not _numpy_selects(candidates):
         return candidates.topk(k, dim=-1, sorted=False).values
     values = candidates.detach().numpy()
     return torch.from_numpy(np.partition(values, values.shape[1] - k, axis=1)[:, -k:])
 
 
+def _numpy_selects(rows: torch.Tensor) -> bool:
+    """Whether numpy's selection is the faster here: on a CPU where torch has one thread."""
+    return rows.device.type == "cpu" and torch.get_num_threads() == 1
+
+
 def _largest_at(rows: torch.Tensor, k: int) -> torch.Tensor:
-    """The column indices of each row's ``k`` largest values: on CPU those at or above the k-th largest
-    (numpy's selection), where that makes exactly ``k`` in every row (no tie at the boundary), else
-    ``topk``'s."""
-    if rows.device.type == "cpu":
+    """The column indices of each row's ``k`` largest values: with numpy's selection (:func:`_numpy_selects`)
+    those at or above the k-th largest, where that makes exactly ``k`` in every row (no tie at the
+    boundary), else ``topk``'s."""
+    if _numpy_selects(rows):
         values = rows.detach().numpy()
         kth = torch.from_numpy(np.partition(values, values.shape[1] - k, axis=1)[:, -k])
         chosen = rows >= kth[:, None]

@@ -164,7 +164,13 @@ def test_the_two_stage_top_k_finds_the_k_largest_values():
     rows[0, -5:] = 50.0  # the largest values past the last whole stride
     rows[1, 3::512] = 9.0  # one block holds them all, tied
     rows[2] = torch.round(rows[2] * 2)  # many ties at the boundary
-    for width in (10_007, 4096, 1100):  # 1100: blocks of 2
-        for some in (rows, rows[3:]):  # with ties at a boundary (topk's indices) and without (numpy's)
-            found = scoring._top_values(some[:, :width], 40)
-            assert torch.equal(found.sort(-1).values, some[:, :width].topk(40, -1).values.sort(-1).values)
+    threads = torch.get_num_threads()
+    try:
+        for torch_threads in (1, 2):  # numpy's selection at one thread, topk's at more
+            torch.set_num_threads(torch_threads)
+            for width in (10_007, 4096, 1100):  # 1100: blocks of 2
+                for some in (rows, rows[3:]):  # ties at a boundary (topk's indices) and none (numpy's)
+                    found = scoring._top_values(some[:, :width], 40).sort(-1).values
+                    assert torch.equal(found, some[:, :width].topk(40, -1).values.sort(-1).values)
+    finally:
+        torch.set_num_threads(threads)
