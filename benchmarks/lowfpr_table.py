@@ -1,6 +1,6 @@
 """The low-FPR table of a finished ``lowfpr`` sweep (or any results folder with >= 1,000 non-members).
 
-    python benchmarks/lowfpr_table.py RESULTS
+    python benchmarks/lowfpr_table.py RESULTS [RESULTS ...]   # e.g. results/lowfpr results/lowfpr_opt
 
 For each trained cell at its last checkpoint, every attack's AUC and TPR at 1 % FPR with its 95 %
 Clopper-Pearson interval (privauditor's rule: the highest TPR at an FPR strictly below 1 %, no
@@ -8,7 +8,8 @@ interpolation), and the same TPR interpolated on the ROC curve (``np.interp`` at
 ``mia/metrics.py`` convention), so that both compare with the papers. Then the anchors' claims, per
 cell: EZ-MIA's TPR over the best TPR of the attacks published before 2025 (its paper: x3.8, 66.3 %
 against 17.5 %, GPT-2 on WikiText) and WBC's over ``reference``'s and over the same best (its paper:
-2-3x at low FPR). Prints markdown, then one JSON object of the ratios.
+2-3x at low FPR). Last, one table of every trained cell: each attack's AUC and strict TPR. Prints
+markdown, then one JSON object of the ratios.
 """
 
 from __future__ import annotations
@@ -49,6 +50,30 @@ def rescored(results: Path, checkpoint: dict, attack: str, params: dict) -> dict
     return attack_metrics(views["signals"].member, built.score(views))
 
 
+def extraction_of(results: Path, cell: Path, record: dict, last: dict) -> dict:
+    """The last checkpoint's extraction and PII rates: its ``extraction.json``, or for results written
+    before there was one, computed the same way from its stored signals and the split's records."""
+    if last.get("extraction"):
+        return last["extraction"]
+    import pyarrow.parquet as pq
+
+    from privauditor.tasks.datasets import load_dataset, pii_patterns
+    from privauditor.tasks.extraction import extraction_metrics
+    from privauditor.tasks.models import load_model
+    from privauditor.tasks.pii import reconstruction
+    from privauditor.tasks.signals import Signals
+
+    config = record["config"]
+    signals = Signals.from_table(pq.read_table(cell / last["path"] / "signals.parquet"))
+    texts = {e.sample_id: e.target for e in load_dataset(config["dataset"]).examples}
+    tokenizer = load_model(config["model"], device="cpu").tokenizer
+    targets = [texts[i] for i in signals.sample_id]
+    patterns = pii_patterns(config["dataset"])
+    return extraction_metrics(signals) | {
+        "pii": reconstruction(targets, signals.rank, signals.member, tokenizer, patterns)
+    }
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
@@ -78,15 +103,15 @@ def claim(cell: str, scored: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="+")
     args = parser.parse_args(argv)
-    cells = sorted(p for p in (args.results / "cells").iterdir() if (p / "DONE").exists())
-    claims = []
-    for cell in cells:
+    cells = [(r, p) for r in args.results for p in sorted((r / "cells").iterdir()) if (p / "DONE").exists()]
+    claims, trained, leaks = [], {}, {}
+    for results, cell in cells:
         record, last, metrics = last_metrics(cell)
         config = record["config"]
         if "ezmia" in metrics and "auc" in metrics["ezmia"]:
-            metrics[ZERO] = rescored(args.results, last, "ezmia", {"degenerate": "zero"})
+            metrics[ZERO] = rescored(results, last, "ezmia", {"degenerate": "zero"})
         scored = {a: m for a, m in metrics.items() if "auc" in m}
         n = next(iter(scored.values()))["n_nonmembers"]
         print(f"\n### {config['model']} / {config['adaptation']} / {config['dataset']} ({n} non-members)\n")
@@ -101,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         skipped = {a: m["skipped"] for a, m in metrics.items() if "skipped" in m}
         if skipped:
             print("\nskipped: " + "; ".join(f"{a} ({why})" for a, why in sorted(skipped.items())))
+        leaks[f"{config['model']}/{config['adaptation']}"] = extraction_of(results, cell, record, last)
         if config["adaptation"] == "none":
             continue
         claims.append(claim(f"{config['model']}/{config['adaptation']}", scored))
+        trained[claims[-1]["cell"]] = scored
     print(
         "\n| cell | convention | best before 2025 | ezmia (x over it; paper x3.8) | ezmia, authors' 0 (x) | "
         "wbc (x; paper 2-3x) | wbc / reference | best of 2025-26 |"
@@ -121,6 +148,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"{cell(ZERO)} | {cell('wbc')} | {fmt(ratio(t.get('wbc'), t.get('reference')))} | "
                 f"{t['recent']} {t[t['recent']]:.3f} |"
             )
+    names = sorted({a for scored in trained.values() for a in scored})
+    print("\n| attack | " + " | ".join(f"{c} AUC / TPR@1%" for c in trained) + " |")
+    print("| --- |" + " --- |" * len(trained))
+    for name in names:
+        values = [trained[c].get(name) for c in trained]
+        print(f"| {name} | " + " | ".join(
+            "-" if m is None else f"{m['auc']:.3f} / {m['tpr_at_1pct_fpr']:.3f}" for m in values
+        ) + " |")  # fmt: skip
+    print("\n| cell | greedy members / non-members | (n, p) members / non-members | PII fields | "
+          "PII members / non-members | PII difference [95 % CI] |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, found in leaks.items():
+        pii = found["pii"]["all"]
+        low, high = pii["reconstructed_difference_ci"]
+        print(f"| {name} | {fmt(found['greedy_members'])} / {fmt(found['greedy_nonmembers'])} | "
+              f"{fmt(found['sampled_members'])} / {fmt(found['sampled_nonmembers'])} | {pii['n']} | "
+              f"{pii['reconstructed_members']:.3f} / {pii['reconstructed_nonmembers']:.3f} | "
+              f"{pii['reconstructed_difference']:+.3f} [{low:+.3f}, {high:+.3f}] |")  # fmt: skip
     print(json.dumps({"cells": len(cells), "claims": claims}))
     return 0
 

@@ -40,7 +40,10 @@ from .metrics import clopper_pearson
 @dataclass(frozen=True)
 class ExtractionSettings:
     """Where a record splits and the (n, p) of probabilistic extraction. ``prefix``: target tokens given
-    after the prompt; ``suffix``: the tokens to reproduce; ``samples`` (n) and ``probability`` (p)."""
+    after the prompt (8: the offline records' task header, "Task: ...\nInput:"); ``suffix``: the tokens
+    to reproduce (32, the continuation length of Biderman et al. 2023's memorization score; records are
+    44-96 target tokens at the default's max length); ``samples`` (n) and ``probability`` (p): at least
+    once in 100 samples, more likely than not."""
 
     prefix: int = 8
     suffix: int = 32
