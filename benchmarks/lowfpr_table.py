@@ -160,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
           "PII members / non-members | PII difference [95 % CI] |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- |")
     for name, found in leaks.items():
+        if "all" not in found.get("pii", {}):
+            print(f"| {name} | {fmt(found['greedy_members'])} / {fmt(found['greedy_nonmembers'])} | "
+                  f"{fmt(found['sampled_members'])} / {fmt(found['sampled_nonmembers'])} | - | - | - |")  # fmt: skip
+            continue
         pii = found["pii"]["all"]
         low, high = pii["reconstructed_difference_ci"]
         print(f"| {name} | {fmt(found['greedy_members'])} / {fmt(found['greedy_nonmembers'])} | "
