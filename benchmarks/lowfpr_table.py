@@ -58,20 +58,15 @@ def extraction_of(results: Path, cell: Path, record: dict, last: dict) -> dict:
     import pyarrow.parquet as pq
 
     from privauditor.tasks.datasets import load_dataset, pii_patterns
-    from privauditor.tasks.extraction import extraction_metrics
+    from privauditor.tasks.extraction import leakage
     from privauditor.tasks.models import load_model
-    from privauditor.tasks.pii import reconstruction
     from privauditor.tasks.signals import Signals
 
     config = record["config"]
     signals = Signals.from_table(pq.read_table(cell / last["path"] / "signals.parquet"))
     texts = {e.sample_id: e.target for e in load_dataset(config["dataset"]).examples}
     tokenizer = load_model(config["model"], device="cpu").tokenizer
-    targets = [texts[i] for i in signals.sample_id]
-    patterns = pii_patterns(config["dataset"])
-    return extraction_metrics(signals) | {
-        "pii": reconstruction(targets, signals.rank, signals.member, tokenizer, patterns)
-    }
+    return leakage(signals, [texts[i] for i in signals.sample_id], tokenizer, pii_patterns(config["dataset"]))
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

@@ -88,14 +88,14 @@ def run_audit(
     from .attacks import ATTACKS
     from .evaluate import Evaluate, evaluate
     from .models import load_model, resolve_model, weights_identity
-    from .pii import find_spans
+    from .pii import check_patterns
     from .scorer import Reference, Scorer, identity_of
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
     options = options or AuditOptions()
     adapter, reference, revision, dtype = options.adapter, options.reference, options.revision, options.dtype
     chat_scored = options.chat_scored
-    find_spans("", dict(options.pii))  # a bad pattern is a one-line error before anything loads
+    check_patterns(dict(options.pii))  # a bad pattern is a one-line error before anything loads
     parts, chats = {}, {}
     for part, path in (("members", members), ("nonmembers", nonmembers)):
         parts[part], found = read_records(path, part[0], options.text_column)

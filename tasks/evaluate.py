@@ -22,9 +22,8 @@ import pyarrow as pa
 from .attack_job import AttackJob, MapJobs, attack_job, in_process
 from .attacks import build_attack
 from .datasets import Example
-from .extraction import extraction_metrics
+from .extraction import leakage
 from .files import read_table, write_json, write_table
-from .pii import reconstruction
 from .scorer import Reference, Scorer
 from .signals import Signals
 from .views import build_view
@@ -132,10 +131,7 @@ def evaluate(
     write_table(scores_table([e.sample_id for e in scored], member, scores), out_dir / "scores.parquet")
     write_json(out_dir / "metrics.json", metrics)
     stored = Signals.from_table(read_table(signals_file))
-    extraction = extraction_metrics(stored)
-    if how.pii:
-        targets = [e.target for e in scored]
-        extraction["pii"] = reconstruction(targets, stored.rank, stored.member, target.tokenizer, how.pii)
+    extraction = leakage(stored, [e.target for e in scored], target.tokenizer, how.pii)
     write_json(out_dir / "extraction.json", extraction)
     root = Path(how.shared).parent
     views = {

@@ -28,6 +28,7 @@ saw a record gives, so the difference is what training added.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +131,18 @@ def extraction_metrics(signals, settings: ExtractionSettings = ExtractionSetting
     for name, verdicts in (("greedy", np.array(greedy, bool)), ("sampled", np.array(sampled, bool))):
         out |= rates(name, verdicts, member)
     return out
+
+
+def leakage(signals, targets, tokenizer: Any, patterns: Mapping[str, str] | None) -> dict[str, Any]:
+    """What a checkpoint writes to ``extraction.json``: :func:`extraction_metrics` at the default settings,
+    and with declared PII ``patterns`` the fields' reconstruction (``pii``) over the scored ``targets``
+    (the texts of ``signals``' rows, scored by ``tokenizer``)."""
+    from .pii import reconstruction
+
+    found = extraction_metrics(signals)
+    if patterns:
+        found["pii"] = reconstruction(targets, signals.rank, signals.member, tokenizer, patterns)
+    return found
 
 
 def rates(name: str, verdicts: np.ndarray, member: np.ndarray) -> dict[str, Any]:

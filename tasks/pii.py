@@ -66,6 +66,11 @@ def _compiled(patterns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, re.Patt
     return tuple(found)
 
 
+def check_patterns(patterns: Mapping[str, str]) -> None:
+    """A one-line error unless every pattern compiles (placeholders expanded)."""
+    _compiled(tuple(patterns.items()))
+
+
 def find_spans(text: str, patterns: Mapping[str, str]) -> list[Span]:
     """The PII fields of ``text`` by kind, in text order; a field overlapping an earlier kind's is dropped."""
     return list(_spans(text, tuple(patterns.items())))

@@ -17,13 +17,10 @@ import numpy as np
 
 from . import blocks as blk
 from .formats import epoch_table, markdown_table
+from .formats import number as _fmt
 
 #: column prefix -> label: the two kinds of discoverable extraction, then the PII fields' reconstruction
 KINDS = {"extraction_greedy": "greedy", "extraction_sampled": "(n, p)", "pii_reconstructed": "PII fields"}
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or value != value else f"{value:.3f}"
 
 
 def _mean(values: list[float | None]) -> str:

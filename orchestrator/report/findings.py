@@ -39,6 +39,7 @@ from .battery import ALPHA, Battery, battery_of, run
 from .extraction import extraction_section
 from .findings_tables import defence_table, duplication_table, violations
 from .formats import epoch_table, markdown_table
+from .formats import number as _fmt
 from .hypothesis import of_results
 from .matched import MARGIN, matched
 
@@ -50,10 +51,6 @@ CAVEAT = (
     "these records. What transfers is the method (blocks as units, equal budgets, matched utility, paired "
     "tests, controls); the size of each AUC, and possibly the order of techniques, need re-measuring at scale."
 )
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or value != value else f"{value:.3f}"
 
 
 def findings(

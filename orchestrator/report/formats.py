@@ -37,13 +37,18 @@ def markdown_table(header: list[str], body: list[list[Any]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
 
 
+def number(value: float | None) -> str:
+    """Three decimals; ``-`` for a missing value or NaN."""
+    return "-" if value is None or value != value else f"{value:.3f}"
+
+
 def epoch_table(by_epoch: dict[str, dict[float, list[float]]]) -> str:
     """A markdown table of each technique's mean value at each epoch (``-`` where it has none)."""
     import numpy as np
 
     epochs = sorted({e for by in by_epoch.values() for e in by})
     body = [
-        [n, *(f"{np.mean(by_epoch[n][e]):.3f}" if by_epoch[n].get(e) else "-" for e in epochs)]
+        [n, *(number(float(np.mean(by_epoch[n][e]))) if by_epoch[n].get(e) else "-" for e in epochs)]
         for n in sorted(by_epoch)
     ]
     return markdown_table(["technique", *(f"epoch {e:g}" for e in epochs)], body)
