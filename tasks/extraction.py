@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .errors import PrivauditorError
-from .metrics import clopper_pearson
+from .metrics import rates
 
 
 @dataclass(frozen=True)
@@ -143,26 +143,3 @@ def leakage(signals, targets, tokenizer: Any, patterns: Mapping[str, str] | None
     if patterns:
         found["pii"] = reconstruction(targets, signals.rank, signals.member, tokenizer, patterns)
     return found
-
-
-def rates(name: str, verdicts: np.ndarray, member: np.ndarray) -> dict[str, Any]:
-    """``<name>_members`` and ``<name>_nonmembers`` (rates with Clopper-Pearson intervals) and
-    ``<name>_difference`` with Newcombe's interval; None where a side has no record."""
-    from statsmodels.stats.proportion import confint_proportions_2indep
-
-    hits = (
-        (int(verdicts[member].sum()), int(member.sum())),
-        (int(verdicts[~member].sum()), int((~member).sum())),
-    )
-    out: dict[str, Any] = {}
-    for side, (k, n) in zip(("members", "nonmembers"), hits, strict=True):
-        out[f"{name}_{side}"] = k / n if n else None
-        out[f"{name}_{side}_ci"] = clopper_pearson(k, n) if n else None
-    (k1, n1), (k0, n0) = hits
-    if n1 and n0:
-        low, high = confint_proportions_2indep(k1, n1, k0, n0, method="newcomb", compare="diff")
-        out[f"{name}_difference"] = k1 / n1 - k0 / n0
-        out[f"{name}_difference_ci"] = [float(low), float(high)]
-    else:
-        out[f"{name}_difference"] = out[f"{name}_difference_ci"] = None
-    return out

@@ -12,7 +12,7 @@ field is reconstructed when the model, given the record's text before it, ranks 
 first: greedy decoding from that point writes the value. Read off the stored ranks, no pass; the
 tokens of a field are those whose characters overlap it (offsets from the tokenizer that scored the
 text). Rates are over fields, per kind, members against non-members, as for extraction
-(``privauditor.tasks.extraction.rates``).
+(``privauditor.tasks.metrics.rates``).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def reconstruction(
     """Per kind and over all kinds, the members' and non-members' rates of fields whose every token is
     ranked first, their difference with its interval, and the fields counted; a field cut off by the
     scored length is not counted."""
-    from .extraction import rates
+    from .metrics import rates
 
     if not getattr(tokenizer, "is_fast", False):
         return {"skipped": "the tokenizer gives no character offsets (not a fast tokenizer)"}
