@@ -149,7 +149,7 @@ def run_audit(
     started = time.perf_counter()
     how = Evaluate(
         cell_dir, out / "shared", max_length, ref, spec.score.batch_size, spec.score.bootstrap, spec.seed,
-        pii=dict(options.pii),
+        pii=dict(options.pii), pii_candidates=spec.score.pii_candidates,
     )  # fmt: skip
     found = evaluate(target, parts, spec.attacks, how)
     from .training import validation_loss

@@ -21,9 +21,11 @@ import pyarrow as pa
 
 from .attack_job import AttackJob, MapJobs, attack_job, in_process
 from .attacks import build_attack
+from .canaries import Canary, CanarySettings, exposures
 from .datasets import Example
 from .extraction import leakage
 from .files import read_table, write_json, write_table
+from .pii import inference
 from .scorer import Reference, Scorer
 from .signals import Signals
 from .views import build_view
@@ -42,7 +44,9 @@ class Evaluate:
     the attack jobs (in this process, or as parallel Ray tasks). ``delta`` and ``repeated`` add the
     empirical ε bound and the duplication metrics (:class:`~privauditor.tasks.attack_job.AttackJob`).
     ``earlier``: the target's earlier checkpoints in a cell (what an attack of a trajectory reads).
-    ``pii``: the dataset's declared PII fields, whose reconstruction rates join the extraction rates."""
+    ``pii``: the dataset's declared PII fields, whose reconstruction rates join the extraction rates.
+    ``canaries``: the split's canaries and their settings, whose exposures join them too;
+    ``pii_candidates``: with ``pii``, infer each field among that many candidates (``pii_inference``)."""
 
     out_dir: Path
     shared: Path
@@ -60,6 +64,8 @@ class Evaluate:
     repeated: Mapping[str, int] | None = None
     earlier: tuple[Checkpoint, ...] = ()
     pii: Mapping[str, str] | None = None
+    canaries: tuple[tuple[Canary, ...], CanarySettings] | None = None
+    pii_candidates: int | None = None
 
 
 def evaluate(
@@ -132,6 +138,15 @@ def evaluate(
     write_json(out_dir / "metrics.json", metrics)
     stored = Signals.from_table(read_table(signals_file))
     extraction = leakage(stored, [e.target for e in scored], target.tokenizer, how.pii)
+    if how.pii and how.pii_candidates:
+        extraction["pii_inference"] = how.clock("pii inference", lambda: inference(
+            target, scored, member, how.pii, how.pii_candidates, how.seed, how.max_length, how.batch_size
+        ))  # fmt: skip
+    if how.canaries is not None and how.canaries[0]:
+        found, settings = how.canaries
+        extraction["exposure"] = how.clock(
+            "exposure", lambda: exposures(target, found, settings, how.max_length, how.batch_size, how.seed)
+        )
     write_json(out_dir / "extraction.json", extraction)
     root = Path(how.shared).parent
     views = {

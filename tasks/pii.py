@@ -124,3 +124,61 @@ def reconstruction(
         verdicts, sides = np.array([f[1] for f in chosen], bool), np.array([f[2] for f in chosen], bool)
         out[kind] = {"n": len(chosen)} | rates("reconstructed", verdicts, sides)
     return out
+
+
+def inference(  # noqa: PLR0913  # a scorer, its records and plain numbers, as score_examples takes them
+    scorer: Any,
+    examples: Sequence[Any],
+    member: np.ndarray,
+    patterns: Mapping[str, str],
+    candidates: int,
+    seed: int,
+    max_length: int,
+    batch_size: int,
+) -> dict[str, Any]:
+    """**Inference** (Lukas et al., S&P 2023, "Analyzing leakage of personally identifiable information in
+    language models", its PII inference): the attacker knows a record with one field hidden and
+    ``candidates`` values of the field's kind, the true one among them, and picks the value whose filled-in
+    record the model finds most likely (the whole target's log-likelihood). Decoys are other values of
+    the same kind found in the scored records, drawn with ``seed``; a field is inferred when the true value
+    scores strictly above every decoy (chance: 1 / ``candidates``). Per kind and over all, members against
+    non-members as for reconstruction; fields with fewer than ``candidates`` - 1 distinct decoys, or cut
+    off by the scored length, are not counted. One pass per candidate text."""
+    from .datasets import Example
+    from .metrics import rates
+
+    tokenizer = scorer.tokenizer
+    if not getattr(tokenizer, "is_fast", False):
+        return {"skipped": "the tokenizer gives no character offsets (not a fast tokenizer)"}
+    spans = [find_spans(e.target, patterns) for e in examples]
+    values: dict[str, list[str]] = {}
+    for e, found in zip(examples, spans, strict=True):
+        for s in found:
+            values.setdefault(s.kind, []).append(e.target[s.start : s.end])
+    pools = {kind: sorted(set(v)) for kind, v in values.items()}
+    rng = np.random.default_rng(seed)
+    offsets = tokenizer([e.target for e in examples], add_special_tokens=False, return_offsets_mapping=True)
+    own = scorer.score(list(examples), max_length, batch_size, moments=False)
+    fields, texts = [], []  # (kind, member, own total, where its decoys' totals start)
+    for i, (e, found) in enumerate(zip(examples, spans, strict=True)):
+        for s in found:
+            true = e.target[s.start : s.end]
+            pool = [v for v in pools[s.kind] if v != true]
+            reach = token_ranges(offsets["offset_mapping"][i], [s])
+            if len(pool) < candidates - 1 or not reach or reach[0][1] > len(own[i].logp):
+                continue
+            decoys = rng.choice(len(pool), candidates - 1, replace=False)
+            fields.append((s.kind, bool(member[i]), float(own[i].logp.sum(dtype=np.float64)), len(texts)))
+            texts += [Example(f"{e.sample_id}-{j}", e.prompt, e.target[: s.start] + pool[d] + e.target[s.end :])
+                      for j, d in enumerate(decoys)]  # fmt: skip
+    totals = [
+        s.logp.sum(dtype=np.float64) for s in scorer.score(texts, max_length, batch_size, moments=False)
+    ]
+    verdicts = [own_total > max(totals[at : at + candidates - 1]) for _, _, own_total, at in fields]
+    out: dict[str, Any] = {"candidates": candidates, "chance": 1 / candidates, "fields": len(fields)}
+    for kind in ("all", *dict.fromkeys(f[0] for f in fields)):
+        chosen = [(v, f[1]) for v, f in zip(verdicts, fields, strict=True) if kind in ("all", f[0])]
+        out[kind] = {"n": len(chosen)} | rates(
+            "inferred", np.array([c[0] for c in chosen], bool), np.array([c[1] for c in chosen], bool)
+        )
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .canaries import CanarySettings
 from .errors import PrivauditorError
 
 
@@ -32,6 +33,9 @@ class SplitConfig:
     #: entry (how many times its members train); the other members train once
     repeated: float = 0.0
     repeats: int | tuple[int, ...] = (1,)
+    #: canaries of a fixed format, trained on and measured by their exposure (tasks/canaries.py); None in
+    #: the default, whose cell ids leave the key out
+    canaries: CanarySettings | None = None
 
     def __post_init__(self) -> None:
         _at_least("split", self, {"members": 1, "nonmembers": 1, "validation": 1, "population": 0,
@@ -116,6 +120,9 @@ class TrainSettings:
 class ScoreSettings:
     batch_size: int = 16  # texts per scoring forward pass
     bootstrap: int = 1000  # AUC bootstrap resamples
+    #: PII inference among this many candidates at the last checkpoint (tasks/pii.py ``inference``: one
+    #: pass per candidate and field); None, the default, measures none and leaves the cell ids alone
+    pii_candidates: int | None = None
 
     def __post_init__(self) -> None:
-        _at_least("score", self, {"batch_size": 1, "bootstrap": 10})
+        _at_least("score", self, {"batch_size": 1, "bootstrap": 10, "pii_candidates": 2})

@@ -119,7 +119,12 @@ class CellSpec:
         return next(a for a in self.attacks if a.name == name)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        found = dataclasses.asdict(self)
+        # settings added later, unset, leave the ids as they were
+        for block, key in (("split", "canaries"), ("score", "pii_candidates")):
+            if found[block].get(key) is None:
+                del found[block][key]
+        return found
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CellSpec:

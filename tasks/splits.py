@@ -7,7 +7,11 @@ The parts, defined here once:
 - ``validation``: the adapted model's utility (held-out loss), never trained on nor scored;
 - ``population``: never trained on nor scored: reference samples for attacks that compare a text with a
   population, and prefixes of known non-members;
-- ``known_members``: trained on, never scored: prefixes of known members for attacks that use them.
+- ``known_members``: trained on, never scored: prefixes of known members for attacks that use them;
+- ``canaries`` (``split.canaries``): records of a fixed format with a random secret, trained on (each
+  ``repeats`` times, if included), never scored by an attack: their exposure is measured instead
+  (:mod:`privauditor.tasks.canaries`). Drawn from the seed, not from the pool, so the other parts stay
+  as they are.
 
 Duplication (``repeated``, ``repeats``): the first ``round(repeated · members)`` members (a random subset,
 the pool being shuffled) are cut into equal groups, one per entry of ``repeats``, and each group's members
@@ -36,6 +40,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from .canaries import Canary, make_canaries
 from .datasets import Example, LoadedDataset
 from .datasets._base import content_hash
 from .errors import PrivauditorError
@@ -61,12 +66,15 @@ class Split:
     population: tuple[Example, ...] = ()
     known_members: tuple[Example, ...] = ()
     repeated: tuple[tuple[Example, int], ...] = ()  # (member, how many times it is trained), each > 1
+    canaries: tuple[Canary, ...] = ()
 
     @property
     def trained(self) -> tuple[Example, ...]:
-        """What an adaptation trains on: the members, their extra copies, then the known members."""
+        """What an adaptation trains on: the members, their extra copies, the known members, then each
+        included canary as many times as it repeats."""
         extra = tuple(e for e, times in self.repeated for _ in range(times - 1))
-        return self.members + extra + self.known_members
+        canaries = tuple(c.example for c in self.canaries if c.included for _ in range(c.repeats))
+        return self.members + extra + self.known_members + canaries
 
     def repeats(self) -> dict[str, int]:
         """Sample id → times trained, for the repeated members."""
@@ -126,4 +134,7 @@ def _draw(data: LoadedDataset, pool: tuple[Example, ...], pool_hash: str, sizes:
     chosen = parts["members"][: round(getattr(sizes, "repeated", 0.0) * counts["members"])]
     groups = tuple(getattr(sizes, "repeats", (1,)))
     repeated = tuple((e, groups[i * len(groups) // len(chosen)]) for i, e in enumerate(chosen))
-    return Split(dataset=data.name, seed=seed, dataset_sha256=pool_hash, repeated=repeated, **parts)
+    settings = getattr(sizes, "canaries", None)
+    canaries = make_canaries(settings, seed) if settings is not None else ()
+    return Split(dataset=data.name, seed=seed, dataset_sha256=pool_hash, repeated=repeated, canaries=canaries,
+                 **parts)  # fmt: skip

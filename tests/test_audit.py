@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from privauditor.orchestrator.cli import main
 from privauditor.tasks.cell import run_cell
@@ -55,13 +56,15 @@ def test_audit_an_adapter_saved_by_a_cell_and_a_full_checkpoint(tmp_path, capsys
     out = tmp_path / "audit"
     argv = audit_argv("tiny-gpt2", members, nonmembers, out)
     settings = sum((["--set", s] for s in SETTINGS), [])
-    pii = ["--pii", "person={person}", "--pii", r"amount=\$([\d,]+)"]
+    pii = ["--pii", "person={person}", "--pii", r"amount=\$([\d,]+)", "--set", "score.pii_candidates=3"]
     assert main([*argv, "--adapter", str(outcome.path / "adapter"), *settings, *pii]) == 0
     printed = capsys.readouterr().out
     (audit_dir,) = (out / "cells").glob("audit__tiny-gpt2__adapter__*")
     # the PII fields it was told to look for, found in the climate records and their reconstruction measured
     found = json.loads((audit_dir / "extraction.json").read_text())["pii"]
     assert found["fields"] > 0 and {"person", "amount"} >= set(found) - {"fields", "all"}
+    inferred = json.loads((audit_dir / "extraction.json").read_text())["pii_inference"]  # among 3 candidates
+    assert inferred["chance"] == pytest.approx(1 / 3) and inferred["fields"] > 0
     assert main([*argv, "--pii", "account=(unclosed"]) == 2
     assert "PII field 'account': not a regular expression" in capsys.readouterr().err
     metrics = json.loads((audit_dir / "metrics.json").read_text())

@@ -75,9 +75,13 @@ def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_pat
     store = tmp_path / "store"
     assert main(["board", "add", str(runs / "a"), str(store)]) == 0
     records_a = check(Store(store))[0]
-    for r in records_a:  # written as schema 3: keyed by step, the trainable fraction, low-FPR and extraction
-        assert r["schema_version"] == 3 and r["trainable_fraction"] is not None
-        assert {"extraction_greedy_members", "extraction_sampled_difference_ci_high"} <= set(r)
+    for r in (
+        records_a
+    ):  # written as schema 4: keyed by step, the trainable fraction, low-FPR, extraction, exposure
+        assert r["schema_version"] == 4 and r["trainable_fraction"] is not None
+        assert {"extraction_greedy_members", "extraction_sampled_difference_ci_high", "exposure_top"} <= set(
+            r
+        )
         assert r["key"] == record_key(r["provenance"]["spec"], r["run"], r["cell_id"], r["step"])
         assert all(set(TPR_COLUMNS) <= set(m) for m in r["attacks"].values())
     # one schema: the board's cell rows of one run are that results folder's leaderboard rows

@@ -66,3 +66,35 @@ def test_reconstruction_counts_a_field_whose_every_token_ranks_first():
     assert reconstruction(targets, ranks, np.array([True, False]), object(), {"person": "x"}) == {
         "skipped": "the tokenizer gives no character offsets (not a fast tokenizer)"
     }
+
+
+def test_inference_picks_the_value_the_model_prefers_among_its_kind():
+    """A model that finds the members' own records more likely (log-likelihood 0) than any other text (-1)
+    infers every member's field and no non-member's (a non-member's true record ties with its decoys: not
+    strictly above), at chance 1/5; fields without enough decoys of their kind are not counted."""
+    from privauditor.tasks.models import load_model
+    from privauditor.tasks.pii import inference
+    from privauditor.tasks.scoring import TokenStats
+
+    examples = list(load_dataset("finance").examples[:24])
+    member = np.arange(24) < 12
+    own = {e.target for e, m in zip(examples, member, strict=True) if m}
+
+    class Prefers:
+        tokenizer = load_model("tiny-llama", device="cpu").tokenizer
+
+        def score(self, chosen, max_length, batch_size, moments=True):
+            found = []
+            for e in chosen:
+                n = len(self.tokenizer(e.target, add_special_tokens=False)["input_ids"])
+                logp = np.zeros(n, np.float32)
+                logp[0] = 0.0 if e.target in own else -1.0
+                found.append(TokenStats(np.zeros(n, np.int32), logp))
+            return found
+
+    found = inference(Prefers(), examples, member, pii_patterns("finance"), 5, 0, 512, 8)
+    assert found["chance"] == 0.2 and found["fields"] > 24
+    assert found["all"]["inferred_members"] == 1.0 and found["all"]["inferred_nonmembers"] == 0.0
+    assert found["all"]["inferred_difference_ci"][0] > 0.5
+    few = inference(Prefers(), examples[:3], member[:3], pii_patterns("finance"), 5, 0, 512, 8)
+    assert few["fields"] < found["fields"] / 4  # three records hold too few values of a kind for 4 decoys

@@ -44,7 +44,13 @@ def test_published_folder_and_wandb_files_hold_no_sample_text(tmp_path, monkeypa
         monkeypatch.setenv(name, f"{name}-SECRET-0123456789abcdef")
     data = canary_file(tmp_path / "clients.jsonl")
     out, public = tmp_path / "results", tmp_path / "public"
-    sizes = ["split.members=12", "split.nonmembers=12", "split.validation=4", "attacks=[loss,zlib,min_k_pp]"]
+    sizes = [
+        "split.members=12",
+        "split.nonmembers=12",
+        "split.validation=4",
+        "attacks=[loss,zlib,min_k_pp]",
+        "split.canaries={count: 1, repeats: [3], digits: 2}",
+    ]  # canaries' text must not travel either
     argv = ["cell", "--model", "tiny-gpt2", "--adaptation", "lora", "--dataset", str(data), "--out", str(out)]
     assert main(argv + [f"--set={s}" for s in sizes] + ["--set=train.epochs=1"]) == 0
     (cell_dir,) = (out / "cells").glob("*/")
@@ -64,9 +70,17 @@ def test_published_folder_and_wandb_files_hold_no_sample_text(tmp_path, monkeypa
             "published.json", f"plots/{cell_dir.name}.png"} <= set(exported)  # fmt: skip
     assert any(p.startswith("wandb/") for p in exported)
     assert leaks(public) == [] and leaks(out / "wandb") == []
+    assert (
+        leaks(public, b"The account number of") == [] and leaks(out / "wandb", b"The account number of") == []
+    )
     assert leaks(out, b"SECRET-0123456789abcdef") == [] and leaks(public, b"SECRET-0123456789abcdef") == []
     table = pq.read_table(public / "leaderboard.parquet")
     assert table.column_names == columns() and table.num_rows == 3
+    assert table.column("exposure_repeats").to_pylist() == [
+        3,
+        3,
+        3,
+    ]  # the canary's exposure travels, as a number
     provenance = json.loads((public / "provenance.json").read_text())["cells"][cell_dir.name]
     assert "runtime" not in provenance and provenance["provenance"]["split"]
 

@@ -35,6 +35,7 @@ def test_shipped_sweeps_validate_and_the_default_keeps_what_it_must():
         "full",
         "lowfpr",
         "lowfpr_opt",
+        "canaries",
     }
     default = load_sweep("default")
     models = {c.model for c in default.cells}
@@ -54,6 +55,9 @@ def test_shipped_sweeps_validate_and_the_default_keeps_what_it_must():
     assert len({c.model for c in lowfpr.cells + second.cells}) >= 2  # two bases
     assert all(set(c.attacks) == set(ATTACKS.names()) for c in lowfpr.cells)  # every attack
     assert {"ezmia", "wbc", "reference", "loss"} <= set(second.cells[0].attacks)
+    canaries = load_sweep("canaries")
+    assert all(c.split.canaries is not None and len(c.split.canaries.repeats) >= 4 for c in canaries.cells)
+    assert "none" in {c.adaptation for c in canaries.cells} and default.cells[0].split.canaries is None
     paper = load_sweep("paper")
     assert all(c.attack_params["neighbourhood"]["k"] == 25 for c in paper.cells)
     quick = load_sweep("quick")

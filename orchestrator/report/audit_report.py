@@ -152,6 +152,9 @@ def _extraction(record: dict[str, Any]) -> tuple[list[list[str]], str]:
     pii = {k: v for k, v in (found.get("pii") or {}).items() if isinstance(v, dict)}
     rows += [[f"PII fields: {kind} ({v['n']})"] + [rate(v, f"reconstructed_{side}") for side in sides]
              for kind, v in pii.items()]  # fmt: skip
+    inferred = {k: v for k, v in (found.get("pii_inference") or {}).items() if isinstance(v, dict)}
+    rows += [[f"PII inferred: {kind} ({v['n']})"] + [rate(v, f"inferred_{side}") for side in sides]
+             for kind, v in inferred.items()]  # fmt: skip
     about = (
         f"Each record's prompt and first {found['prefix']} target tokens as the prefix, the next {found['suffix']} "
         f"as the suffix. Greedy decoding: it gives the suffix back. Top-k sampling (k {found['topk']}, temperature "
@@ -160,6 +163,12 @@ def _extraction(record: dict[str, Any]) -> tuple[list[list[str]], str]:
         + (
             " PII fields: every token of the field ranked first given the text before it (over fields)."
             if pii
+            else ""
+        )
+        + (
+            f" PII inferred: the true value of a hidden field scores above {found['pii_inference']['candidates'] - 1}"
+            " decoys of its kind (chance 1 / candidates)."
+            if inferred
             else ""
         )
     )

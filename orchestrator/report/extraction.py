@@ -20,7 +20,8 @@ from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
 
 #: column prefix -> label: the two kinds of discoverable extraction, then the PII fields' reconstruction
-KINDS = {"extraction_greedy": "greedy", "extraction_sampled": "(n, p)", "pii_reconstructed": "PII fields"}
+KINDS = {"extraction_greedy": "greedy", "extraction_sampled": "(n, p)", "pii_reconstructed": "PII fields",
+         "pii_inferred": "PII inferred"}  # fmt: skip
 
 
 def _mean(values: list[float | None]) -> str:
@@ -56,14 +57,19 @@ def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
                 points_of[name] += points
     if not last:
         return []
+    kinds = {
+        k: v
+        for k, v in KINDS.items()
+        if any(r.get(f"{k}_difference") is not None for c in last.values() for r in c)
+    }
     head = ["technique", "cells"]
-    for label in KINDS.values():
+    for label in kinds.values():
         head += [f"{label} members", f"{label} non-members", f"{label} difference [95 % CI]"]
     body = []
     for name in sorted(last):
         cells = last[name]
         line = [name, str(len(cells))]
-        for kind in KINDS:
+        for kind in kinds:
             line += [_mean([r.get(f"{kind}_{side}") for r in cells]) for side in ("members", "nonmembers")]
             line.append(mean_interval([r.get(f"{kind}_difference") for r in cells]))
         body.append(line)
@@ -76,8 +82,14 @@ def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
         "gives it back at least once in n samples with probability p. Rates over the records long enough to",
         "split. *PII fields*: the dataset's declared fields (names, companies, accounts, amounts, dates)",
         "whose every token the model ranks first given the text before them, over fields. The difference",
-        "(members less non-members) is what training added. At each cell's last checkpoint, the mean over",
-        "cells with a 95 % t-interval over cells:",
+        "(members less non-members) is what training added."
+        + (
+            " *PII inferred* (`score.pii_candidates`, last checkpoint only): the true value of a hidden field"
+            " scores above every decoy of its kind (Lukas et al. 2023; chance 1 / candidates)."
+            if "pii_inferred" in kinds
+            else ""
+        )
+        + " At each cell's last checkpoint, the mean over cells with a 95 % t-interval over cells:",
         "",
         markdown_table(head, body),
         "",

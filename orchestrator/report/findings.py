@@ -36,6 +36,7 @@ from . import blocks as blk
 from .against import against
 from .answer import answer
 from .battery import ALPHA, Battery, battery_of, run
+from .exposure import exposure_section
 from .extraction import extraction_section
 from .findings_tables import defence_table, duplication_table, violations
 from .formats import epoch_table, markdown_table
@@ -92,6 +93,7 @@ def findings(
     lines += _other_views(out, rows, attack, view, found)
     lines += _equal_epochs(found)
     lines += extraction_section(rows, attack)
+    lines += exposure_section(out, rows)
     lines += _within_splits(out, picked, view)
     lines += _across_seeds(picked, view)
     lines += _controls(out, rows, attack)

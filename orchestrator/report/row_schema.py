@@ -94,17 +94,31 @@ def _extraction_columns() -> list[Column]:
         return value if index is None or value is None else value[index]
 
     found = []
-    for name, where, key in (("extraction_greedy", (), "greedy"), ("extraction_sampled", (), "sampled"),
-                             ("pii_reconstructed", ("pii", "all"), "reconstructed")):  # fmt: skip
+    for name, where, key, since in (("extraction_greedy", (), "greedy", 3), ("extraction_sampled", (), "sampled", 3),
+                                    ("pii_reconstructed", ("pii", "all"), "reconstructed", 3),
+                                    ("pii_inferred", ("pii_inference", "all"), "inferred", 4)):  # fmt: skip
         for field in ("members", "nonmembers", "difference"):
             found.append(
-                Column(f"{name}_{field}", lambda s, p=(*where, f"{key}_{field}"): read(s, p), since=3)
+                Column(f"{name}_{field}", lambda s, p=(*where, f"{key}_{field}"): read(s, p), since=since)
             )
         for end, index in (("_ci_low", 0), ("_ci_high", 1)):
             found.append(Column(f"{name}_difference{end}",
                                 lambda s, p=(*where, f"{key}_difference_ci"), i=index: read(s, p, i),
-                                setting=False, since=3))  # fmt: skip
+                                setting=False, since=since))  # fmt: skip
     return found
+
+
+def _exposure(s: Source, which: str) -> Any:
+    """From the checkpoint's canary exposures (tasks/canaries.py; None without canaries): ``repeats``, the
+    largest number of times a canary was trained; ``top``, the included canaries' mean exposure (bits) at
+    that number; ``once``, at 1."""
+    found = (s.checkpoint.get("extraction") or {}).get("exposure")
+    if not found:
+        return None
+    means = {int(k): v["mean"] for k, v in found["mean_by_repeats"].items() if not k.endswith("_left_out")}
+    if not means:
+        return None
+    return {"repeats": max(means), "top": means[max(means)], "once": means.get(1)}[which]
 
 
 #: the low-FPR columns (:func:`_tpr_columns`)
@@ -132,6 +146,9 @@ ROW: list[Column] = [
     Column("n_nonmembers", lambda s: s.metrics["n_nonmembers"], "int", "attack"),
     Column("utility_loss", lambda s: s.checkpoint["utility_loss"]),
     *_extraction_columns(),
+    Column("exposure_repeats", lambda s: _exposure(s, "repeats"), "int", since=4),
+    Column("exposure_top", lambda s: _exposure(s, "top"), setting=False, since=4),
+    Column("exposure_once", lambda s: _exposure(s, "once"), setting=False, since=4),
     Column("trainable_params", lambda s: s.record["trainable_params"], "int"),
     Column("trainable_fraction", lambda s: trainable_fraction(s.record), since=2),
     Column("train_seconds", lambda s: s.record["train"]["seconds"]),

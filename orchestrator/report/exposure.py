@@ -1,0 +1,103 @@
+"""``findings.md``'s exposure section and its plot: how far each technique exposes canaries trained r times.
+
+From each cell's last checkpoint with canaries (``exposure`` in its ``extraction.json``;
+privauditor.tasks.canaries): per technique and number of repeats r, the mean exposure (bits) of the
+included canaries over cells, against the null (a canary the model never saw: its exposure averages
+1/ln 2 = 1.44 bits; the 99th percentile of a mean of that many canaries from
+:func:`~privauditor.tasks.canaries.null_quantile`). ``exposure.png`` draws exposure against r per
+technique (The Secret Sharer's figure), the null's 95 % range shaded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privauditor.tasks.canaries import null_quantile
+from privauditor.tasks.files import atomic_write
+from privauditor.tasks.spec import technique_of
+
+from .formats import markdown_table
+from .formats import number as _fmt
+
+FIGURE = "exposure.png"
+
+
+def _last_exposures(
+    out: Path, rows: list[dict[str, Any]]
+) -> tuple[dict[str, dict[int, list[float]]], set[int]]:
+    """technique -> r -> every included canary's exposure at its cell's last checkpoint; and the sizes of
+    the canaries' secret spaces."""
+    found: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    spaces = set()
+    techniques = {r["cell_id"]: technique_of(r["cell_id"], r["adaptation"]) for r in rows}
+    for cell_id in sorted({r["cell_id"] for r in rows if r.get("exposure_top") is not None}):
+        record = json.loads((Path(out) / "cells" / cell_id / "cell.json").read_text())
+        exposure = (record["checkpoints"][-1].get("extraction") or {}).get("exposure")
+        if not exposure:
+            continue
+        spaces.add(exposure["space"])
+        for canary in exposure["canaries"]:
+            if canary["included"]:
+                found[techniques[cell_id]][canary["repeats"]].append(canary["exposure"])
+    return found, spaces
+
+
+def exposure_png(found: dict[str, dict[int, list[float]]], space: int, path: Path) -> Path:
+    """Mean exposure against repeats (log axis), a line per technique, the null's 95 % range shaded."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.12, top=0.93)
+    ax = fig.add_subplot()
+    repeats = sorted({r for by in found.values() for r in by})
+    n = min(len(v) for by in found.values() for v in by.values())
+    ax.axhspan(
+        null_quantile(0.025, n), null_quantile(0.975, n), color="0.85", label=f"null, 95 % (mean of {n})"
+    )
+    for i, (technique, by) in enumerate(sorted(found.items())):
+        xs = sorted(by)
+        ax.plot(xs, [np.mean(by[r]) for r in xs], marker="osD^v<>ph*"[i % 10], label=technique)
+    ax.axhline(np.log2(space), color="k", linestyle=":", linewidth=0.8, label="log2 |R| (rank 1)")
+    ax.set(xscale="log", xlabel="times the canary was trained (r)", ylabel="exposure (bits)")
+    ax.set_xticks(repeats, [str(r) for r in repeats])
+    ax.set_title("Canary exposure against repetitions", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    return atomic_write(path, fig.savefig, suffix=".png")
+
+
+def exposure_section(out: Path, rows: list[dict[str, Any]]) -> list[str]:
+    """The section's lines (and ``exposure.png`` in ``out``); none without canaries."""
+    found, spaces = _last_exposures(out, rows)
+    if not found:
+        return []
+    repeats = sorted({r for by in found.values() for r in by})
+    body = []
+    for technique, by in sorted(found.items()):
+        cells = []
+        for r in repeats:
+            values = by.get(r, [])
+            above = values and np.mean(values) > null_quantile(0.99, len(values))
+            cells.append(f"{_fmt(float(np.mean(values)))}{' *' if above else ''}" if values else "-")
+        body.append([technique, *cells])
+    exposure_png(found, max(spaces), Path(out) / FIGURE)
+    return [
+        "## Exposure",
+        "",
+        "Canaries (a fixed format with a random secret of "
+        f"{', '.join(str(s) for s in sorted(spaces))} candidates) trained r times; each cell's last "
+        "checkpoint, the mean exposure in bits of its included canaries (exposure = log2 |R| - log2 rank of "
+        "the true secret; The Secret Sharer). A model that never saw a canary gives 1.44 bits on average; "
+        "`*`: above the null's 99th percentile for a mean of that many canaries.",
+        "",
+        markdown_table(["technique", *(f"r = {r}" for r in repeats)], body),
+        "",
+        f"![exposure against repetitions]({FIGURE})",
+        "",
+    ]

@@ -1,0 +1,178 @@
+"""Canaries and their exposure (tasks/canaries.py): drawing, the split part, exact and estimated exposure,
+the null, and a cell where repeated canaries are exposed and an untrained model's are not."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from privauditor.tasks.canaries import CanarySettings, exposure, exposures, make_canaries, null_quantile
+from privauditor.tasks.cell import run_cell
+from privauditor.tasks.config import cell_config
+from privauditor.tasks.datasets import load_dataset
+from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.scoring import TokenStats
+from privauditor.tasks.sections import SplitConfig
+from privauditor.tasks.splits import draw_split
+
+
+class Words:
+    """A tokenizer of whitespace-separated words (each digit of a spaced secret one token)."""
+
+    def __call__(self, texts, add_special_tokens=False):
+        if isinstance(texts, str):
+            return {"input_ids": [hash(w) % 1000 for w in texts.split()]}
+        return {"input_ids": [[hash(w) % 1000 for w in t.split()] for t in texts]}
+
+
+class Table:
+    """A scorer whose log-probability of a secret is ``logp(secret)``, spread over its digits."""
+
+    def __init__(self, logp):
+        self.tokenizer, self.logp, self.calls = Words(), logp, 0
+
+    def score(self, examples, max_length, batch_size, moments=True):
+        self.calls += 1
+        found = []
+        for e in examples:
+            words = e.target.split()
+            secret = "".join(w for w in words if w.isdigit())
+            per = np.zeros(len(words), np.float32)
+            per[-len(secret) :] = self.logp(secret) / len(secret)
+            found.append(TokenStats(np.zeros(len(words), np.int32), per))
+        return found
+
+
+def test_canaries_are_drawn_from_the_seed_and_trained_as_many_times_as_they_repeat():
+    settings = CanarySettings(count=3, repeats=(1, 4), digits=5, inclusion=0.5)
+    first, again, other = make_canaries(settings, 0), make_canaries(settings, 0), make_canaries(settings, 1)
+    assert first == again and first != other and len(first) == 6
+    assert [c.repeats for c in first] == [1, 1, 1, 4, 4, 4]
+    for c in first:
+        assert len(c.secret) == 5 and c.secret.isdigit()
+        assert c.example.target == f"{c.before} {' '.join(c.secret)}" and c.before.startswith(
+            "The account number of "
+        )
+    many = make_canaries(CanarySettings(count=200, repeats=(1,), inclusion=0.5), 0)
+    assert 70 < sum(c.included for c in many) < 130  # Binomial(200, 0.5): 99.99 % inside
+    data = load_dataset("finance")
+    plain = draw_split(data, SplitConfig(members=10, nonmembers=10, validation=5), 0)
+    sizes = SplitConfig(members=10, nonmembers=10, validation=5, canaries=settings)
+    split = draw_split(data, sizes, 0)
+    assert (split.members, split.nonmembers, split.validation) == (
+        plain.members,
+        plain.nonmembers,
+        plain.validation,
+    )
+    copies = [e.sample_id for e in split.trained if e.sample_id.startswith("canary-")]
+    assert len(copies) == sum(c.repeats for c in split.canaries if c.included)
+    assert not any(e.sample_id.startswith("canary-") for e in split.scored)
+
+
+def test_canary_settings_are_checked_and_leave_the_default_ids_alone(tmp_path):
+    with pytest.raises(PrivauditorError, match="split.canaries.kind must be one of account"):
+        CanarySettings(kind="phone")
+    with pytest.raises(PrivauditorError, match=r"split.canaries.repeats must be counts of at least 1"):
+        CanarySettings(repeats=(0, 2))
+    with pytest.raises(PrivauditorError, match=r"inclusion is a probability"):
+        CanarySettings(inclusion=0)
+    settings = {"model": "tiny-llama", "adaptation": "lora", "dataset": "finance"}
+    plain = cell_config(settings, [])
+    with_canaries = cell_config(settings, ["split={canaries: {count: 2, repeats: [1, 4]}}"])
+    assert with_canaries.split.canaries == CanarySettings(count=2, repeats=(1, 4))
+    assert plain.split.canaries is None
+
+
+@pytest.mark.parametrize("where", [0, 9, 999])
+def test_exact_exposure_is_log2_space_less_log2_rank(where):
+    """Secrets ordered by value: the secret at ``where`` has rank where + 1 among 1,000."""
+    canary = make_canaries(CanarySettings(count=1, repeats=(1,), digits=3), 0)[0]
+    canary = type(canary)(canary.example, canary.before, str(where).zfill(3), 1, True)
+    scorer = Table(lambda secret: -float(int(secret)))
+    found = exposure(scorer, canary, CanarySettings(digits=3), 64, 16, 0)
+    assert found == {
+        "exposure": pytest.approx(math.log2(1000 / (where + 1))),
+        "rank": where + 1,
+        "method": "exact",
+    }
+
+
+def test_estimated_exposure_agrees_with_the_exact_one_where_both_exist():
+    """10,000 secrets whose log-probabilities are a fixed normal draw: the skew-normal fit from 1,000
+    samples puts the secrets ranked 1, 10, 100 and 1,000 where their ranks say. The exact exposure reads
+    rank r as the fraction f = r / 10,000 of secrets at least as likely; the estimate's fraction 2^-exposure
+    differs from it by the draw (the fraction below the r-th of 10,000 draws has the variance of
+    Beta(r, 10,001 - r)) and by the fit's 1,000 samples (a proportion's f (1 - f) / 1,000): within three
+    standard deviations of both."""
+    from scipy.stats import beta
+
+    values = np.random.default_rng(0).normal(-20.0, 3.0, 10_000)
+    order = np.argsort(-values)
+    canary = make_canaries(CanarySettings(count=1, repeats=(1,), digits=4), 0)[0]
+    for rank in (1, 10, 100, 1000):
+        secret = str(order[rank - 1]).zfill(4)
+        chosen = type(canary)(canary.example, canary.before, secret, 1, True)
+        scorer = Table(lambda s: values[int(s)])
+        exact = exposure(scorer, chosen, CanarySettings(digits=4, exact_limit=10_000), 64, 16, 0)
+        estimated = exposure(
+            scorer, chosen, CanarySettings(digits=4, exact_limit=100, samples=1000), 64, 16, 0
+        )
+        assert exact["rank"] == rank and estimated["method"] == "estimated"
+        f = rank / 10_000
+        spread = math.sqrt(beta.var(rank, 10_001 - rank) + f * (1 - f) / 1000)
+        assert abs(2 ** -estimated["exposure"] - f) <= 3 * spread, (rank, estimated, exact)
+
+
+def test_the_null_is_the_exposure_of_uniform_ranks():
+    """A model that never saw a canary ranks it uniformly: exposure averages 1/ln 2 = 1.44 bits (The Secret
+    Sharer), its median is 1 bit, and means of 8 such exposures fall in the null's 95 % range 95 % of the
+    time (simulated over a space of 10^6)."""
+    assert null_quantile(0.5, 1) == pytest.approx(1.0)
+    rng = np.random.default_rng(0)
+    ranks = rng.integers(1, 10**6 + 1, size=(20_000, 8))
+    means = (math.log2(10**6) - np.log2(ranks)).mean(1)
+    assert means.mean() == pytest.approx(1 / math.log(2), abs=0.01)
+    inside = (means >= null_quantile(0.025, 8)) & (means <= null_quantile(0.975, 8))
+    assert inside.mean() == pytest.approx(0.95, abs=0.01)
+
+
+def test_exposures_summarise_by_repeats_and_hold_no_text():
+    settings = CanarySettings(count=2, repeats=(1, 4), digits=2, inclusion=0.5)
+    canaries = make_canaries(settings, 3)
+    found = exposures(Table(lambda s: -float(int(s))), canaries, settings, 64, 16, 0)
+    assert {p["canary"] for p in found["canaries"]} == {c.example.sample_id for c in canaries}
+    assert sum(v["n"] for v in found["mean_by_repeats"].values()) == 4
+    blob = json.dumps(found)
+    assert not any(c.secret in blob.replace(c.example.sample_id, "") or c.before in blob for c in canaries)
+
+
+@pytest.mark.slow
+def test_repeated_canaries_are_exposed_and_an_untrained_models_are_not(tmp_path, seed):
+    """Full fine-tuning with four canaries trained once and four trained 8 times (1,000 secrets each, exact):
+    the base's (``none``) mean exposure lies in the null's 95 % range, full fine-tuning's at 8 repeats
+    above the null's 99th percentile; PII inference (score.pii_candidates) at the last checkpoint only.
+    A 95 % range: one seed in twenty falls outside it by chance (seed 1 does: 0.53 bits, below 0.62; over
+    ten other seeds' untrained models, 80 canaries averaged 1.15 bits). Seed 0: 1.71 bits untrained, 9.97
+    (every canary ranked first of 1,000) at 8 repetitions."""
+    split = "split={members: 8, nonmembers: 8, validation: 4, canaries: {count: 4, repeats: [1, 8]}}"
+    common = {"model": "tiny-gpt2", "dataset": "finance", "seed": seed}
+    base = run_cell(cell_config(common | {"adaptation": "none"}, [split, "attacks=[loss]"]), tmp_path)
+    found = json.loads((base.path / "extraction.json").read_text())["exposure"]
+    values = [c["exposure"] for c in found["canaries"]]
+    assert null_quantile(0.025, 8) <= np.mean(values) <= null_quantile(0.975, 8), values
+    full = run_cell(
+        cell_config(common | {"adaptation": "full"},
+                    [split, "attacks=[loss]", "train.epochs=20", "train.lr=0.003", "train.checkpoints=[0, 20]",
+                     "score.pii_candidates=4"]),
+        tmp_path,
+    )  # fmt: skip
+    extraction = json.loads((full.path / "extraction.json").read_text())
+    found = extraction["exposure"]
+    assert found["mean_by_repeats"]["8"]["mean"] > null_quantile(0.99, 4), found["mean_by_repeats"]
+    # PII inference among 4 candidates, at the last checkpoint only
+    assert extraction["pii_inference"]["candidates"] == 4 and extraction["pii_inference"]["fields"] > 0
+    first = json.loads((full.path / "cell.json").read_text())["checkpoints"][0]["extraction"]
+    assert "pii_inference" not in first and "exposure" in first
