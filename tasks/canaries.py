@@ -21,7 +21,8 @@ distribution of a mean over canaries); a memorised canary reaches log2 |R|.
 Canaries are a split part of their own (:class:`privauditor.tasks.splits.Split`): trained on (those
 ``included``), never scored by an attack. Each is included with probability ``inclusion`` (1 by default;
 below 1 the others, never trained on, are the run's own null, what a DP audit compares with). Their text
-is drawn from the cell's seed and never leaves the process: ``exposure.json`` holds numbers only.
+is drawn from the cell's seed and never leaves the process: ``extraction.json``'s ``exposure`` holds
+numbers only.
 """
 
 from __future__ import annotations
@@ -126,15 +127,15 @@ def secret_logprob(
     canary's text with that secret, and its last tokens (those the secret adds) are summed. A format whose
     text before the secret tokenises differently once a secret follows is refused."""
     tokenizer = scorer.tokenizer
-    head = len(tokenizer(canary.before, add_special_tokens=False)["input_ids"])
+    before = tokenizer(canary.before, add_special_tokens=False)["input_ids"]
     texts = [f"{canary.before} {spaced(s)}" for s in secrets]
-    examples = [Example(f"{canary.example.sample_id}-{i}", "", t) for i, t in enumerate(texts)]
-    stats = scorer.score(examples, max_length, batch_size, moments=False)
-    tokens = tokenizer(texts[:1], add_special_tokens=False)["input_ids"][0]
-    if tokens[:head] != tokenizer(canary.before, add_special_tokens=False)["input_ids"]:
+    if tokenizer(texts[:1], add_special_tokens=False)["input_ids"][0][: len(before)] != before:
         raise PrivauditorError(
             f"canary format {canary.before!r}: its text tokenises differently once a secret follows"
         )
+    head = len(before)
+    examples = [Example(f"{canary.example.sample_id}-{i}", "", t) for i, t in enumerate(texts)]
+    stats = scorer.score(examples, max_length, batch_size, moments=False)
     return np.array([s.logp[head:].sum(dtype=np.float64) for s in stats])
 
 
@@ -167,7 +168,7 @@ def exposure(scorer: Any, canary: Canary, settings: CanarySettings, max_length: 
 
 def exposures(scorer: Any, canaries: Sequence[Canary], settings: CanarySettings, max_length: int,
               batch_size: int, seed: int) -> dict[str, Any]:  # fmt: skip
-    """``exposure.json``: each canary's exposure with its repeats and inclusion (never its text), and per
+    """``extraction.json``'s ``exposure``: each canary's exposure with its repeats and inclusion (never its text), and per
     number of repeats the mean exposure of the included canaries and of those left out."""
     per = [
         {"canary": c.example.sample_id, "repeats": c.repeats, "included": c.included}

@@ -176,3 +176,15 @@ def test_repeated_canaries_are_exposed_and_an_untrained_models_are_not(tmp_path,
     assert extraction["pii_inference"]["candidates"] == 4 and extraction["pii_inference"]["fields"] > 0
     first = json.loads((full.path / "cell.json").read_text())["checkpoints"][0]["extraction"]
     assert "pii_inference" not in first and "exposure" in first
+    # the leaderboard's columns and findings.md's section with its figure
+    from privauditor.orchestrator.report.exposure import exposure_section
+    from privauditor.orchestrator.report.leaderboard import build
+
+    rows = build(tmp_path)
+    top = {r["adaptation"]: r["exposure_top"] for r in rows if r["step"] == max(x["step"] for x in rows)}
+    assert top["full"] == pytest.approx(found["mean_by_repeats"]["8"]["mean"])
+    section = exposure_section(tmp_path, rows)
+    assert section[0] == "## Exposure" and (tmp_path / "exposure.png").stat().st_size > 10_000
+    lines = "\n".join(section).splitlines()
+    assert any(line.startswith("| full |") and line.rstrip(" |").endswith("*") for line in lines)  # r = 8
+    assert any(line.startswith("| none |") and "*" not in line for line in lines)

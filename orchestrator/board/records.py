@@ -33,7 +33,7 @@ from privauditor.tasks.spec import setting_of
 from ..report.row_schema import columns, record_fields
 
 FORMAT = "privauditor-board-record"
-SCHEMA_VERSION = 4  # 3: the extraction rates; 4: canary exposure
+SCHEMA_VERSION = 4  # 3: the extraction rates; 4: PII inference and canary exposure
 #: the versions this privauditor reads: a record of an earlier one lacks the columns added since
 VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
 PROVENANCE_FIELDS = (

@@ -52,9 +52,9 @@ def exposure_png(found: dict[str, dict[int, list[float]]], space: int, path: Pat
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 4.5), dpi=100)
+    fig = Figure(figsize=(7.5, 4.5), dpi=100)
     FigureCanvasAgg(fig)
-    fig.subplots_adjust(left=0.11, right=0.97, bottom=0.12, top=0.93)
+    fig.subplots_adjust(left=0.09, right=0.74, bottom=0.12, top=0.93)
     ax = fig.add_subplot()
     repeats = sorted({r for by in found.values() for r in by})
     n = min(len(v) for by in found.values() for v in by.values())
@@ -68,7 +68,7 @@ def exposure_png(found: dict[str, dict[int, list[float]]], space: int, path: Pat
     ax.set(xscale="log", xlabel="times the canary was trained (r)", ylabel="exposure (bits)")
     ax.set_xticks(repeats, [str(r) for r in repeats])
     ax.set_title("Canary exposure against repetitions", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside the axes, off the lines
     return atomic_write(path, fig.savefig, suffix=".png")
 
 
