@@ -61,6 +61,10 @@ def test_dp_at_epsilon_one_leaves_the_canary_at_chance(swept):
     findings = (out / "findings.md").read_text()
     ceiling = f"{private['eps_ceiling']:.3f}"
     assert "## Defences" in findings and f"- ({ceiling})" in findings  # no bound at ε = 1, and its ceiling
+    # beyond membership, under DP: the PII fields' reconstruction beside the AUC
+    assert "PII fields given back (difference)" in findings
+    # (seed 0: full fine-tuning gives back 7.7 % more of its members' fields than of the non-members', DP at ε 1 none)
+    assert private["pii_reconstructed_difference"] <= plain["pii_reconstructed_difference"]
 
 
 def test_the_audit_catches_dp_claimed_without_noise(swept):

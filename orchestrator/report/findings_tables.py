@@ -70,15 +70,20 @@ def defence_table(rows: list[dict[str, Any]], attack: str) -> list[str]:
             f"{own['auc']:.3f} [{own['auc_ci_low']:.3f}, {own['auc_ci_high']:.3f}]", _fmt(own["utility_loss"]),
             f"{_fmt(own['eps_lower'])} ({_fmt(own['eps_ceiling'])})",
             f"{_fmt(top['eps_lower'])} `{top['attack']}`" if top["eps_lower"] else "-",
+            _fmt(own.get("pii_reconstructed_difference")),
+            "-" if own.get("exposure_top") is None else f"{_fmt(own['exposure_top'])} (r = {own['exposure_repeats']})",
         ])  # fmt: skip
     body.sort(key=lambda b: (b[0], b[1], b[2], b[3], b[4] == "∞", b[4]))
     header = ["model", "dataset", "seed", "technique", "ε target", "ε spent", f"`{attack}` AUC [95% CI]",
-              "val NLL", f"`{attack}` ε bound (ceiling)", "highest ε bound"]  # fmt: skip
+              "val NLL", f"`{attack}` ε bound (ceiling)", "highest ε bound", "PII fields given back (difference)",
+              "canary exposure, bits"]  # fmt: skip
     return ["## Defences", "",
             "Each DP cell beside the same technique without a defence (ε target ∞), at the last checkpoint. "
             "The ε bound is Jagielski et al.'s Clopper-Pearson lower bound at the cell's δ (Bonferroni over "
             "thresholds); the ceiling is the most this many scored records could show, so a bound at its "
-            "ceiling says \"at least this much\" and no more.", "",
+            "ceiling says \"at least this much\" and no more. Beyond membership: the members' rate of PII fields "
+            "given back less the non-members' (docs/extraction.md), and with canaries their mean exposure at the "
+            "most repetitions.", "",
             markdown_table(header, body), ""]  # fmt: skip
 
 
