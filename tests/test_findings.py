@@ -4,12 +4,16 @@ findings.md with the Answer, the CD diagram, controls and the exploratory famili
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 
 import numpy as np
 import pytest
 import yaml
 
 from privauditor.orchestrator.cli import main
+from privauditor.orchestrator.report.audit_report import browser
 from privauditor.orchestrator.report.findings import findings
 from privauditor.orchestrator.report.plots import pareto
 from privauditor.tasks.cell import run_cell
@@ -121,6 +125,25 @@ def test_report_writes_findings_with_the_answer_controls_and_plots(tmp_path, cap
     matched = text.split("### At matched utility", 1)[1].split("\n## ", 1)[0]
     assert "no common utility level" in matched or "Every reading at the level" in matched
     assert "~[" not in matched  # per-sample scores at hand: DeLong intervals, not interpolated bounds
+    # the leaderboard page links its images (files beside it) instead of embedding them, and renders
+    page = out / "leaderboard.html"
+    html = page.read_text()
+    sources = re.findall(r'<img alt="[^"]*" src="([^"]+)"', html)
+    assert "data:image" not in html and "privacy_utility.png" in sources and len(sources) >= 4
+    assert all((out / src).is_file() for src in sources) and page.stat().st_size < 1_000_000
+    binary = browser()
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no Chromium found: CI installs Debian's chromium for the page tests")
+        pytest.skip("no Chromium here (install Debian's chromium to render the page)")
+    dom = subprocess.run(
+        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    assert (
+        len(re.findall(r"<img [^>]*loading=\"lazy\"", dom)) == len(sources)
+        and '<table class="sortable">' in dom
+    )
 
 
 def test_one_headline_per_technique_on_the_page_and_in_the_answer(tmp_path):
