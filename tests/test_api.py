@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,6 @@ import pytest
 import privauditor
 import privauditor.tasks.errors
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.report.audit_report import browser
 
 #: in every member record: the report must never contain it
 CANARY = "zqxcanary"
@@ -90,7 +88,7 @@ def test_audit_returns_a_typed_result_that_load_results_reads_back(audited):
     assert result.record["audit"]["files"]["members"]["records"] == 20
 
 
-def test_the_cli_calls_the_api_and_writes_a_report_without_member_text(audited, capsys):
+def test_the_cli_calls_the_api_and_writes_a_report_without_member_text(audited, capsys, rendered):
     """The CLI finds the API's audit done; its --report page names files by hash, never by their text,
     and renders in Chromium with every section (a missing browser fails under CI=true)."""
     tmp, found = audited
@@ -109,15 +107,7 @@ def test_the_cli_calls_the_api_and_writes_a_report_without_member_text(audited, 
     text = page.read_text()
     assert CANARY not in text and "ledger" not in text  # neither the canary nor any record's words
     assert result.record["audit"]["files"]["members"]["sha256"] in text
-    binary = browser()
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("no Chromium found: CI installs Debian's chromium for the page tests")
-        pytest.skip("no Chromium here (install Debian's chromium to render the report)")
-    dom = subprocess.run(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
+    dom = rendered(page)
     for section in SECTIONS:
         assert f">{section}</h2>" in dom
     assert CANARY not in dom and result.cell_id in dom

@@ -4,16 +4,13 @@ findings.md with the Answer, the CD diagram, controls and the exploratory famili
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
 import yaml
 
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.report.audit_report import browser
 from privauditor.orchestrator.report.findings import findings
 from privauditor.orchestrator.report.plots import pareto
 from privauditor.tasks.cell import run_cell
@@ -101,7 +98,7 @@ def test_the_pareto_frontier_keeps_the_points_nothing_beats_on_both_axes():
 
 
 @pytest.mark.slow
-def test_report_writes_findings_with_the_answer_controls_and_plots(tmp_path, capsys):
+def test_report_writes_findings_with_the_answer_controls_and_plots(tmp_path, capsys, rendered):
     out = tmp_path / "results"
     sizes = ["split.members=24", "split.nonmembers=24", "split.validation=8", "train.max_length=48",
              "train.checkpoints=[0,0.5,1,3]", "attacks=[loss,zlib,blind]", "attack_params.blind.permutations=20"]  # fmt: skip
@@ -131,15 +128,7 @@ def test_report_writes_findings_with_the_answer_controls_and_plots(tmp_path, cap
     sources = re.findall(r'<img alt="[^"]*" src="([^"]+)"', html)
     assert "data:image" not in html and "privacy_utility.png" in sources and len(sources) >= 4
     assert all((out / src).is_file() for src in sources) and page.stat().st_size < 1_000_000
-    binary = browser()
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("no Chromium found: CI installs Debian's chromium for the page tests")
-        pytest.skip("no Chromium here (install Debian's chromium to render the page)")
-    dom = subprocess.run(
-        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
+    dom = rendered(page)
     assert (
         len(re.findall(r"<img [^>]*loading=\"lazy\"", dom)) == len(sources)
         and '<table class="sortable">' in dom
