@@ -42,3 +42,18 @@ def test_summary_tables_have_a_cell_per_header_column():
     assert all(line.count("|") == len(SUMMARY_HEADER) + 2 for line in table.splitlines())
     with pytest.raises(ValueError, match="cells of its header"):
         markdown_table(["adaptation", "AUC", "rows"], summary(found, "adaptation"))
+
+
+def test_every_technique_has_a_colour_and_marker_of_its_own_in_every_figure():
+    """The pages' palette: 14 registered techniques, 14 colours and 14 (colour, marker) pairs; a defended
+    cell keeps its technique's colour, dashed and with another marker; the same name, the same style."""
+    from privauditor.orchestrator.report.plots import technique_style
+    from privauditor.tasks.adaptations import ADAPTATIONS
+
+    names = sorted(ADAPTATIONS.names())
+    styles = [technique_style(n) for n in names]
+    assert len({s["color"] for s in styles}) == len(names) >= 12
+    assert len({(s["color"], s["marker"]) for s in styles}) == len(names)
+    plain, private = technique_style("full"), technique_style("full+dp-e1")
+    assert private["color"] == plain["color"] and private["linestyle"] == "--" != plain["linestyle"]
+    assert private["marker"] != plain["marker"] and technique_style("lora") == technique_style("lora")

@@ -23,6 +23,7 @@ from privauditor.tasks.spec import technique_of
 
 from .formats import markdown_table
 from .formats import number as _fmt
+from .plots import technique_style
 
 FIGURE = "exposure.png"
 
@@ -61,9 +62,9 @@ def exposure_png(found: dict[str, dict[int, list[float]]], space: int, path: Pat
     ax.axhspan(
         null_quantile(0.025, n), null_quantile(0.975, n), color="0.85", label=f"null, 95 % (mean of {n})"
     )
-    for i, (technique, by) in enumerate(sorted(found.items())):
+    for technique, by in sorted(found.items()):
         xs = sorted(by)
-        ax.plot(xs, [np.mean(by[r]) for r in xs], marker="osD^v<>ph*"[i % 10], label=technique)
+        ax.plot(xs, [np.mean(by[r]) for r in xs], label=technique, **technique_style(technique))
     ax.axhline(np.log2(space), color="k", linestyle=":", linewidth=0.8, label="log2 |R| (rank 1)")
     ax.set(xscale="log", xlabel="times the canary was trained (r)", ylabel="exposure (bits)")
     ax.set_xticks(repeats, [str(r) for r in repeats])

@@ -69,16 +69,18 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
     import matplotlib.pyplot as plt
 
     from .findings import PRIMARY_ATTACK
+    from .plots import technique_style
     from .summary import final, technique
 
     chosen = {r["cell_id"]: r for r in final(found) if r["attack"] == PRIMARY_ATTACK}
     names = sorted({technique(r) for r in chosen.values()})
-    colours, markers = plt.get_cmap("tab20").colors, "osD^v<>pPhX*"
     fig, ax = plt.subplots(figsize=(7.5, 5), dpi=100)
-    for i, adaptation in enumerate(names):
+    for adaptation in names:
         points = [(r["utility_loss"], r["auc"]) for r in chosen.values() if technique(r) == adaptation]
-        ax.scatter(*zip(*points, strict=True), label=adaptation, s=26, color=colours[i % 20],
-                   marker=markers[i % len(markers)])  # fmt: skip
+        style = technique_style(adaptation)
+        ax.scatter(
+            *zip(*points, strict=True), label=adaptation, s=26, color=style["color"], marker=style["marker"]
+        )
     ax.set(xlabel="validation NLL (utility, lower is better)", ylabel=f"{PRIMARY_ATTACK} AUC (privacy risk)")
     ax.axhline(0.5, color="k", linewidth=0.6, linestyle="--")
     ax.legend(fontsize=7, ncol=2)

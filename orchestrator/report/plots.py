@@ -10,6 +10,27 @@ from pathlib import Path
 
 from privauditor.tasks.files import atomic_write
 
+MARKERS = "osD^v<>pPhX*"
+
+
+def technique_style(name: str) -> dict[str, str]:
+    """A technique's colour and marker, the same in every figure: the registered techniques in name order
+    take matplotlib's 20 ``tab20`` colours and a marker each (14 today, all distinct); a defended cell
+    (``full+dp-e1``) keeps its technique's colour with the next marker and a dashed line; an unregistered
+    name takes a colour from its CRC."""
+    import zlib
+
+    from matplotlib import colormaps
+
+    from privauditor.tasks.adaptations import ADAPTATIONS
+
+    known = sorted(ADAPTATIONS.names())
+    base, defended = name.split("+")[0], "+" in name
+    index = known.index(base) if base in known else zlib.crc32(base.encode()) % 20
+    colour = colormaps["tab20"].colors[index % 20]
+    return {"color": colour, "marker": MARKERS[(index + defended) % len(MARKERS)],
+            "linestyle": "--" if defended else "-"}  # fmt: skip
+
 
 def roc_png(metrics: dict, path: Path, title: str) -> Path:
     """Draw every attack's ROC points from ``metrics`` (a cell's metrics.json) into ``path``."""
@@ -79,7 +100,9 @@ def privacy_utility_pngs(rows: list[dict], attack: str, folder: Path) -> list[Pa
         for name, epochs in sorted(techniques.items()):
             points = [tuple(sum(v) / len(v) for v in zip(*epochs[e], strict=True)) for e in sorted(epochs)]
             every += points
-            ax.plot(*zip(*points, strict=True), marker="o", markersize=3, linewidth=1, label=name)
+            ax.plot(
+                *zip(*points, strict=True), markersize=3, linewidth=1, label=name, **technique_style(name)
+            )
             ax.annotate(str(max(epochs)), points[-1], fontsize=6, xytext=(2, 2), textcoords="offset points")
         front = pareto(every)
         ax.step(
