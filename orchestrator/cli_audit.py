@@ -78,8 +78,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="KIND=REGEX",
         action="append",
         type=_pii_field,
-        help="a PII field to measure the reconstruction of: its kind and a regular expression whose group 1 "
-        r"(or whole match) is the value (repeatable), e.g. account='ending (\d{4})'",
+        help="a PII field to measure the reconstruction of (and its inference, with --set "
+        "score.pii_candidates=M): its kind and a regular expression whose group 1 (or whole match) is the value "
+        r"(repeatable), e.g. account='ending (\d{4})'",
     )
     audit.add_argument(
         "--nonmembers-from",

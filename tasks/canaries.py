@@ -150,7 +150,7 @@ def exposure(scorer: Any, canary: Canary, settings: CanarySettings, max_length: 
         return {"exposure": bits - math.log2(rank), "rank": rank, "method": "exact"}
     from scipy.stats import skewnorm
 
-    rng = np.random.default_rng([seed, int(canary.example.sample_id.split("-")[1])])
+    rng = np.random.default_rng([seed, *canary.example.sample_id.encode()])  # its own draw per canary
     drawn = {canary.secret}
     others: list[str] = []
     while len(others) < settings.samples:
@@ -168,8 +168,8 @@ def exposure(scorer: Any, canary: Canary, settings: CanarySettings, max_length: 
 
 def exposures(scorer: Any, canaries: Sequence[Canary], settings: CanarySettings, max_length: int,
               batch_size: int, seed: int) -> dict[str, Any]:  # fmt: skip
-    """``extraction.json``'s ``exposure``: each canary's exposure with its repeats and inclusion (never its text), and per
-    number of repeats the mean exposure of the included canaries and of those left out."""
+    """``extraction.json``'s ``exposure``: each canary's exposure with its repeats and inclusion (never its
+    text), and per number of repeats the mean exposure of the included canaries and of those left out."""
     per = [
         {"canary": c.example.sample_id, "repeats": c.repeats, "included": c.included}
         | exposure(scorer, c, settings, max_length, batch_size, seed)

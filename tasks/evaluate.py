@@ -140,7 +140,8 @@ def evaluate(
     extraction = leakage(stored, [e.target for e in scored], target.tokenizer, how.pii)
     if how.pii and how.pii_candidates:
         extraction["pii_inference"] = how.clock("pii inference", lambda: inference(
-            target, scored, member, how.pii, how.pii_candidates, how.seed, how.max_length, how.batch_size
+            target, scored, stored.logp, member, how.pii, how.pii_candidates, how.seed, how.max_length,
+            how.batch_size,
         ))  # fmt: skip
     if how.canaries is not None and how.canaries[0]:
         found, settings = how.canaries

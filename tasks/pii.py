@@ -98,6 +98,37 @@ def token_ranges(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> l
     ]
 
 
+def _scored_fields(
+    targets: Sequence[str], lengths: Sequence[int], tokenizer: Any, patterns: Mapping[str, str]
+):
+    """Each field of each target whose tokens all lie within that target's ``lengths`` scored tokens:
+    (record index, span, first token, last token + 1), offsets from ``tokenizer`` (a fast one)."""
+    encoded = tokenizer(list(targets), add_special_tokens=False, return_offsets_mapping=True)
+    for i, (text, offsets, length) in enumerate(
+        zip(targets, encoded["offset_mapping"], lengths, strict=True)
+    ):
+        for span in find_spans(text, patterns):
+            reach = token_ranges(offsets, [span])
+            if reach and reach[0][1] <= length:
+                yield i, span, reach[0][0], reach[0][1]
+
+
+def _by_kind(name: str, fields: Sequence[tuple[str, bool, bool]]) -> dict[str, Any]:
+    """Over all kinds and per kind (``fields``: kind, verdict, member), ``rates`` of the verdicts with the
+    number of fields."""
+    from .metrics import rates
+
+    out: dict[str, Any] = {}
+    for kind in ("all", *dict.fromkeys(k for k, _, _ in fields)):
+        chosen = [f for f in fields if kind in ("all", f[0])]
+        verdicts, sides = np.array([f[1] for f in chosen], bool), np.array([f[2] for f in chosen], bool)
+        out[kind] = {"n": len(chosen)} | rates(name, verdicts, sides)
+    return out
+
+
+NOT_FAST = {"skipped": "the tokenizer gives no character offsets (not a fast tokenizer)"}
+
+
 def reconstruction(
     targets: Sequence[str],
     ranks: Sequence[np.ndarray],
@@ -108,27 +139,19 @@ def reconstruction(
     """Per kind and over all kinds, the members' and non-members' rates of fields whose every token is
     ranked first, their difference with its interval, and the fields counted; a field cut off by the
     scored length is not counted."""
-    from .metrics import rates
-
     if not getattr(tokenizer, "is_fast", False):
-        return {"skipped": "the tokenizer gives no character offsets (not a fast tokenizer)"}
-    encoded = tokenizer(list(targets), add_special_tokens=False, return_offsets_mapping=True)
-    fields: list[tuple[str, bool, bool]] = []  # kind, reconstructed, member
-    for text, offsets, rank, is_member in zip(targets, encoded["offset_mapping"], ranks, member, strict=True):
-        for first, last, kind in token_ranges(offsets, find_spans(text, patterns)):
-            if last <= len(rank):
-                fields.append((kind, bool((np.asarray(rank[first:last]) == 1).all()), bool(is_member)))
-    out: dict[str, Any] = {"fields": len(fields)}
-    for kind in ("all", *dict.fromkeys(k for k, _, _ in fields)):
-        chosen = [f for f in fields if kind in ("all", f[0])]
-        verdicts, sides = np.array([f[1] for f in chosen], bool), np.array([f[2] for f in chosen], bool)
-        out[kind] = {"n": len(chosen)} | rates("reconstructed", verdicts, sides)
-    return out
+        return dict(NOT_FAST)
+    fields = [
+        (span.kind, bool((np.asarray(ranks[i][first:last]) == 1).all()), bool(member[i]))
+        for i, span, first, last in _scored_fields(targets, [len(r) for r in ranks], tokenizer, patterns)
+    ]
+    return {"fields": len(fields)} | _by_kind("reconstructed", fields)
 
 
 def inference(  # noqa: PLR0913  # a scorer, its records and plain numbers, as score_examples takes them
     scorer: Any,
     examples: Sequence[Any],
+    logp: Sequence[np.ndarray],
     member: np.ndarray,
     patterns: Mapping[str, str],
     candidates: int,
@@ -139,46 +162,39 @@ def inference(  # noqa: PLR0913  # a scorer, its records and plain numbers, as s
     """**Inference** (Lukas et al., S&P 2023, "Analyzing leakage of personally identifiable information in
     language models", its PII inference): the attacker knows a record with one field hidden and
     ``candidates`` values of the field's kind, the true one among them, and picks the value whose filled-in
-    record the model finds most likely (the whole target's log-likelihood). Decoys are other values of
-    the same kind found in the scored records, drawn with ``seed``; a field is inferred when the true value
-    scores strictly above every decoy (chance: 1 / ``candidates``). Per kind and over all, members against
-    non-members as for reconstruction; fields with fewer than ``candidates`` - 1 distinct decoys, or cut
-    off by the scored length, are not counted. One pass per candidate text."""
+    record the model finds most likely (the whole target's log-likelihood: ``logp``, the records' stored
+    per-token log p, for the true value). Decoys are other values of the same kind found in the scored
+    records, drawn with ``seed``; a field is inferred when the true value scores strictly above every decoy
+    (chance: 1 / ``candidates``). Per kind and over all, members against non-members as for
+    reconstruction; fields with fewer than ``candidates`` - 1 distinct decoys, or cut off by the scored
+    length, are not counted. One pass per decoy text."""
     from .datasets import Example
-    from .metrics import rates
 
-    tokenizer = scorer.tokenizer
-    if not getattr(tokenizer, "is_fast", False):
-        return {"skipped": "the tokenizer gives no character offsets (not a fast tokenizer)"}
-    spans = [find_spans(e.target, patterns) for e in examples]
-    values: dict[str, list[str]] = {}
-    for e, found in zip(examples, spans, strict=True):
-        for s in found:
-            values.setdefault(s.kind, []).append(e.target[s.start : s.end])
-    pools = {kind: sorted(set(v)) for kind, v in values.items()}
+    if not getattr(scorer.tokenizer, "is_fast", False):
+        return dict(NOT_FAST)
+    targets = [e.target for e in examples]
+    found = list(_scored_fields(targets, [len(x) for x in logp], scorer.tokenizer, patterns))
+    pools: dict[str, set[str]] = {}  # every value found in the records, scored to its end or not
+    for text in targets:
+        for span in find_spans(text, patterns):
+            pools.setdefault(span.kind, set()).add(text[span.start : span.end])
     rng = np.random.default_rng(seed)
-    offsets = tokenizer([e.target for e in examples], add_special_tokens=False, return_offsets_mapping=True)
-    own = scorer.score(list(examples), max_length, batch_size, moments=False)
     fields, texts = [], []  # (kind, member, own total, where its decoys' totals start)
-    for i, (e, found) in enumerate(zip(examples, spans, strict=True)):
-        for s in found:
-            true = e.target[s.start : s.end]
-            pool = [v for v in pools[s.kind] if v != true]
-            reach = token_ranges(offsets["offset_mapping"][i], [s])
-            if len(pool) < candidates - 1 or not reach or reach[0][1] > len(own[i].logp):
-                continue
-            decoys = rng.choice(len(pool), candidates - 1, replace=False)
-            fields.append((s.kind, bool(member[i]), float(own[i].logp.sum(dtype=np.float64)), len(texts)))
-            texts += [Example(f"{e.sample_id}-{j}", e.prompt, e.target[: s.start] + pool[d] + e.target[s.end :])
-                      for j, d in enumerate(decoys)]  # fmt: skip
+    for i, span, _, _ in found:
+        e = examples[i]
+        pool = sorted(pools[span.kind] - {e.target[span.start : span.end]})
+        if len(pool) < candidates - 1:
+            continue
+        decoys = rng.choice(len(pool), candidates - 1, replace=False)
+        fields.append((span.kind, bool(member[i]), float(logp[i].sum(dtype=np.float64)), len(texts)))
+        texts += [Example(f"{e.sample_id}-{j}", e.prompt, e.target[: span.start] + pool[d] + e.target[span.end :])
+                  for j, d in enumerate(decoys)]  # fmt: skip
     totals = [
         s.logp.sum(dtype=np.float64) for s in scorer.score(texts, max_length, batch_size, moments=False)
     ]
-    verdicts = [own_total > max(totals[at : at + candidates - 1]) for _, _, own_total, at in fields]
-    out: dict[str, Any] = {"candidates": candidates, "chance": 1 / candidates, "fields": len(fields)}
-    for kind in ("all", *dict.fromkeys(f[0] for f in fields)):
-        chosen = [(v, f[1]) for v, f in zip(verdicts, fields, strict=True) if kind in ("all", f[0])]
-        out[kind] = {"n": len(chosen)} | rates(
-            "inferred", np.array([c[0] for c in chosen], bool), np.array([c[1] for c in chosen], bool)
-        )
-    return out
+    verdicts = [
+        (kind, own > max(totals[at : at + candidates - 1]), is_member) for kind, is_member, own, at in fields
+    ]
+    return {"candidates": candidates, "chance": 1 / candidates, "fields": len(fields)} | _by_kind(
+        "inferred", verdicts
+    )

@@ -92,9 +92,10 @@ def test_inference_picks_the_value_the_model_prefers_among_its_kind():
                 found.append(TokenStats(np.zeros(n, np.int32), logp))
             return found
 
-    found = inference(Prefers(), examples, member, pii_patterns("finance"), 5, 0, 512, 8)
+    stored = [s.logp for s in Prefers().score(examples, 512, 8)]  # what the signal store holds
+    found = inference(Prefers(), examples, stored, member, pii_patterns("finance"), 5, 0, 512, 8)
     assert found["chance"] == 0.2 and found["fields"] > 24
     assert found["all"]["inferred_members"] == 1.0 and found["all"]["inferred_nonmembers"] == 0.0
     assert found["all"]["inferred_difference_ci"][0] > 0.5
-    few = inference(Prefers(), examples[:3], member[:3], pii_patterns("finance"), 5, 0, 512, 8)
+    few = inference(Prefers(), examples[:3], stored[:3], member[:3], pii_patterns("finance"), 5, 0, 512, 8)
     assert few["fields"] < found["fields"] / 4  # three records hold too few values of a kind for 4 decoys
