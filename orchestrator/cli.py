@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from privauditor.tasks.errors import PrivauditorError
 
 from . import tables
-from .cli_help import EXAMPLES, Version, shipped_sweeps
+from .cli_help import Version, attach_examples, shipped_sweeps
 
 LISTABLE = ("models", "datasets", "adaptations", "attacks", "defences", "sweeps")
 
@@ -132,21 +132,36 @@ def _report(args: argparse.Namespace) -> int:
     from .run.runner import leaderboard, write_findings
     from .run.storage import Results
 
-    results = Results.at(args.dir)
+    try:
+        results = Results.at(args.dir)
+    except (ValueError, OSError) as exc:  # a URI pyarrow cannot open (its ArrowInvalid is a ValueError)
+        from privauditor.tasks.errors import one_line
+
+        raise PrivauditorError(f"cannot open results {args.dir}: {one_line(exc)}") from None
     if not results.remote and not (results.local / "cells").is_dir():
         raise PrivauditorError(f"{args.dir} is not a results folder (no cells/ inside)")
     if results.fetch("privauditor.json"):  # a folder of another results format is refused, not read
         from privauditor.tasks.results import check_results_dir
 
         check_results_dir(results.local)
+    results.pull_summaries()
+    _check_attack(args.attack, results.local, args.dir)
     other = None
     if args.against:  # read, never written
         from pathlib import Path
+
+        from privauditor.tasks.results import check_results_dir
 
         from .report.leaderboard import rows
 
         if not (Path(args.against) / "cells").is_dir():
             raise PrivauditorError(f"--against {args.against} is not a results folder (no cells/ inside)")
+        if not results.remote and Path(args.against).resolve() == results.local.resolve():
+            raise PrivauditorError(
+                f"--against {args.against} is the results folder itself: give another to compare with"
+            )
+        if (Path(args.against) / "privauditor.json").exists():
+            check_results_dir(Path(args.against))
         other = (Path(args.against).resolve().name, rows(Path(args.against)))
     found = leaderboard(results)
     print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
@@ -155,6 +170,24 @@ def _report(args: argparse.Namespace) -> int:
     print(f"findings: {results.local / 'findings.md'}")
     print(tables.stages_table(results.local))
     return 0
+
+
+def _check_attack(attack: str, local: os.PathLike, name: str) -> None:
+    """A one-line error, before anything is written, unless ``--attack`` names an attack the finished
+    cells in ``local`` (the results folder ``name``) ran; an unknown name gets "did you mean"."""
+    from privauditor.tasks.attacks import ATTACKS
+    from privauditor.tasks.errors import unknown_name_message
+
+    from .report.leaderboard import rows
+
+    ran = sorted({r["attack"] for r in rows(local)})
+    if attack not in ATTACKS and attack not in ran:
+        known = sorted({*ATTACKS.names(), *ran})
+        raise PrivauditorError("--attack: " + unknown_name_message("attack", attack, known))
+    if ran and attack not in ran:
+        raise PrivauditorError(
+            f"--attack {attack}: no finished cell of {name} ran it (they ran {', '.join(ran)})"
+        )
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -228,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Ray cluster YAML whose node types run it, or a shipped one: aws, gcp (default: this machine)",
     )
     plan.add_argument("--prices", help="price table YAML (default: clusters/prices.yaml)")
-    plan.add_argument("--budget-usd", type=float, help="say which part of the sweep this budget pays for")
+    plan.add_argument("--budget-usd", help="say which part of the sweep this budget pays for")
     plan.add_argument(
         "--calibrate", metavar="RESULTS", help="fit the device rates to a finished sweep's timings"
     )
@@ -281,7 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(handler=_report)
 
     publish = commands.add_parser(
-        "publish", help="export the public leaderboard: aggregates, provenance, plots; no sample data"
+        "publish",
+        help="export the public leaderboard: aggregates, provenance, plots, Hub and Every Eval Ever files; "
+        "no sample data",
     )
     publish.add_argument("dir", help="results folder")
     publish.add_argument("--to", help="export folder (default: DIR/public)")
@@ -291,10 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .board.cli import register
 
     register(commands)
-    for name, examples in EXAMPLES.items():
-        sub = commands.choices[name]
-        sub.formatter_class = argparse.RawDescriptionHelpFormatter
-        sub.epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+    attach_examples(commands)
     return parser
 
 

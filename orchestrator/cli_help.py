@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-#: each command's examples, shown at the end of its --help
+#: each command's (or a command's action's: ``board export``) examples, shown at the end of its --help
 EXAMPLES = {
     "ls": ["privauditor ls attacks", "privauditor ls sweeps"],
     "prepare": ["privauditor prepare --models tiny-llama tiny-gpt2"],
@@ -25,7 +25,25 @@ EXAMPLES = {
         "privauditor report results/real --against results/default",
     ],
     "publish": ["privauditor publish results/default --to public/"],
+    "board export": [
+        "privauditor board export board/ --format hf-eval-results --to public/hub --date 2026-12-01",
+        "privauditor board export board/ --format hf-eval-results --format every-eval-ever --to public/board \\\n"
+        "    --date 2026-12-01T12:00:00Z",
+    ],
 }
+
+
+def attach_examples(commands: argparse._SubParsersAction) -> None:
+    """Show each command's :data:`EXAMPLES` at the end of its --help; a key of two words (``board export``)
+    names an action of a command."""
+    for name, examples in EXAMPLES.items():
+        command, *action = name.split()
+        sub = commands.choices[command]
+        if action:
+            actions = next(a for a in sub._actions if isinstance(a, argparse._SubParsersAction))
+            sub = actions.choices[action[0]]
+        sub.formatter_class = argparse.RawDescriptionHelpFormatter
+        sub.epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
 
 
 class Version(argparse.Action):

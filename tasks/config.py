@@ -14,7 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import PrivauditorError
+from .errors import PrivauditorError, unknown_name_message
 from .sections import ScoreSettings, SplitConfig, TrainSettings
 from .settings import build, load_yaml
 
@@ -60,6 +60,7 @@ class CellConfig:
         from .adaptations import build_adaptation
         from .defences import get_defence
 
+        self._check_lists()
         technique = build_adaptation(self.adaptation, self.adaptation_params.get(self.adaptation))
         defence = get_defence(self.defence)
         if defence is not None:
@@ -75,6 +76,28 @@ class CellConfig:
                             f"attack '{name}' needs split.{part} > {least - 1} (its {role} view '{view.name}' "
                             f"reads that part): set split.{part}"
                         )
+
+    def _check_lists(self) -> None:
+        """The seed is >= 0, ``attacks`` names each attack once, and the ``*_params`` blocks name only
+        registered plugins (another cell's technique is fine; a name nothing has is a typo)."""
+        from .adaptations import ADAPTATIONS
+        from .attacks import ATTACKS
+        from .defences import DEFENCES
+
+        if self.seed < 0:
+            raise PrivauditorError(f"seed must be an integer >= 0, not {self.seed}")
+        if not self.attacks:
+            raise PrivauditorError("attacks must name at least one attack (privauditor ls attacks)")
+        twice = sorted({a for i, a in enumerate(self.attacks) if a in self.attacks[:i]})
+        if twice:
+            raise PrivauditorError(f"attacks names {', '.join(map(repr, twice))} twice")
+        for block, registry in (("attack_params", ATTACKS), ("adaptation_params", ADAPTATIONS),
+                                ("defence_params", DEFENCES)):  # fmt: skip
+            for name in getattr(self, block):
+                if name not in registry:
+                    raise PrivauditorError(
+                        f"{block}: " + unknown_name_message(registry.kind, name, registry.names())
+                    )
 
     def resolve(self, build: bool = True) -> CellSpec:
         """The typed, resolved spec (every default filled in, data and weights identified). With
@@ -94,9 +117,11 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise PrivauditorError(f"--set expects key=value, not {text!r}")
     key, raw = text.split("=", 1)
-    path = [p for p in key.strip().split(".") if p]
-    if not path:
-        raise PrivauditorError(f"--set expects key=value, not {text!r}")
+    path = key.strip().split(".")
+    if not all(path):
+        raise PrivauditorError(
+            f"--set expects key=value with a dotted key such as train.epochs, not {text!r}"
+        )
     try:
         value = load_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as error:

@@ -1,6 +1,7 @@
 """Files written whole or not at all: every results-folder and cache file goes through :func:`atomic_write`
 (a hidden temporary sibling, then a rename), so a reader never sees part of one and a killed writer
-leaves only a temporary file the next run clears; and Parquet read without pyarrow's dataset layer."""
+leaves only a temporary file the next run clears; a whole export folder likewise (:func:`replace_folder`);
+and Parquet read without pyarrow's dataset layer."""
 
 from __future__ import annotations
 
@@ -25,6 +26,25 @@ def atomic_write(path: Path, write: Callable[[Path], Any], suffix: str = "") -> 
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)  # only left when write() raised
+    return path
+
+
+def replace_folder(path: Path, build: Callable[[Path], Any]) -> Path:
+    """``build(tmp)`` into an empty hidden sibling folder ``.NAME.tmp-PID``, then put it in ``path``'s place
+    (an earlier ``path`` removed): a reader never finds half a folder, and a ``build`` that raises leaves
+    ``path`` as it was and no temporary folder. The caller decides whether ``path`` may be replaced."""
+    import shutil
+
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        build(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 

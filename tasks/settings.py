@@ -41,12 +41,17 @@ def _loader() -> type:
 
     class Loader(yaml.SafeLoader):
         """PyYAML's safe loader, with exponent floats written without a dot read as floats, and a key
-        given twice in one mapping an error (PyYAML keeps the last one silently)."""
+        given twice in one mapping an error (PyYAML keeps the last one silently). A merge key (``<<: *base``)
+        is not a key: the mapping's own keys override what it merges, as in PyYAML."""
 
         def construct_mapping(self, node: Any, deep: bool = False) -> dict:
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
                 key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, typing.Hashable):  # PyYAML's own error names it
+                    continue
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {key!r} is given twice", key_node.start_mark
@@ -67,6 +72,22 @@ def load_yaml(text: str) -> Any:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+def read_yaml(path: Any) -> Any:
+    """The YAML file ``path`` read by :func:`load_yaml`; malformed YAML (a key given twice, two documents,
+    a tab) is a one-line error naming the file and the line."""
+    import yaml
+
+    try:
+        return load_yaml(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = " ".join(str(getattr(error, "problem", None) or error).split())
+        raise PrivauditorError(f"{path}{where}: not valid YAML ({problem})") from None
+    except UnicodeDecodeError:
+        raise PrivauditorError(f"{path}: not valid UTF-8") from None
 
 
 def build(cls: type, data: Any, where: str) -> Any:
@@ -131,7 +152,9 @@ def _check_union(value: Any, args: tuple[Any, ...], where: str) -> Any:
         except PrivauditorError:
             continue
     names = " or ".join([_name(o) for o in options] + (["null"] if len(options) < len(args) else []))
-    raise PrivauditorError(f"{where} must be {names}, not {value!r}")
+    raise PrivauditorError(
+        f"{where} must be {names}, not {value!r}{yaml_hint(value) if str in options else ''}"
+    )
 
 
 def _check_sequence(value: Any, origin: type, inner: Any, where: str) -> Any:
@@ -149,8 +172,20 @@ def _check_scalar(value: Any, annotation: Any, where: str) -> Any:
             raise PrivauditorError(f"{where} must be a number, not {value!r}")
         return float(value)
     if annotation in (int, bool, str) and type(value) is not annotation:
-        raise PrivauditorError(f"{where} must be {_name(annotation)}, not {value!r}")
+        raise PrivauditorError(
+            f"{where} must be {_name(annotation)}, not {value!r}{yaml_hint(value) if annotation is str else ''}"
+        )
     return value
+
+
+def yaml_hint(value: Any) -> str:
+    """Why YAML read ``value`` as it did where a name was meant: unquoted ``yes``/``no``/``on``/``off`` are
+    booleans and ``2026-01-01`` a date (YAML 1.1); '' for any other value."""
+    import datetime
+
+    if isinstance(value, bool | datetime.date):
+        return " (YAML reads unquoted yes, no, on, off, true, false and dates as such: quote the name)"
+    return ""
 
 
 def _name(annotation: Any) -> str:

@@ -19,12 +19,17 @@ def test_version_names_the_package_version(capsys):
 
 
 def test_every_command_has_examples_that_parse():
-    """Each command's --help ends in examples, and each example is a command line the parser accepts."""
+    """Each command's (or action's: ``board export``) --help ends in examples, and each example is a
+    command line the parser accepts."""
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
-    assert set(EXAMPLES) <= set(commands)
+    assert {name.split()[0] for name in EXAMPLES} <= set(commands) and "board export" in EXAMPLES
     for name, examples in EXAMPLES.items():
-        assert "examples:" in commands[name].format_help()
+        command, *action = name.split()
+        sub = commands[command]
+        if action:
+            sub = sub._subparsers._group_actions[0].choices[action[0]]
+        assert "examples:" in sub.format_help() and examples[0] in sub.format_help()
         for example in examples:
             argv = example.replace("\\\n", " ").split()[1:]
             parser.parse_args([a.strip("'") for a in argv])  # exits (SystemExit) if it does not parse

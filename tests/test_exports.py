@@ -1,71 +1,69 @@
-"""``privauditor publish``'s exports (orchestrator/report/exports.py): each cell's last-checkpoint aggregates as
-Hugging Face Hub evaluation results (``.eval_results`` entries and a ``model-index`` block) and as Every Eval
+"""The public exports (orchestrator/report/exports.py), of ``privauditor publish`` and ``privauditor board
+export``: each cell's last-checkpoint aggregates as Hugging Face Hub evaluation results (``.eval_results``
+entries, a ``model-index`` block and a model-card section whose numbers are the block's) and as Every Eval
 Ever records, checked field by field against their specifications, against Every Eval Ever's rules as a
-JSON schema (with ``jsonschema``) and against ``huggingface_hub``'s own readers; and no sample text or id in any of them.
-Rows are built synthetically: no model runs."""
+JSON schema (with ``jsonschema``) and against ``huggingface_hub``'s own readers; and no sample text or id in
+any of them. A board's export holds the mean of a cell's replicas, the same bytes for the same store, and
+bad input is one line. Rows and board records are built synthetically: no model runs."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
+import time
 import uuid
+from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from privauditor.orchestrator.report import exports
+from privauditor.orchestrator.cli import main
+from privauditor.orchestrator.report import exports, model_card
 from privauditor.orchestrator.report.row_schema import columns
 
-#: The rules of Every Eval Ever's aggregate record (version 0.3.0) that these exports must meet, stated here
-#: as a JSON schema of our own from the format's published schema (https://github.com/evaleval/every_eval_ever,
-#: ``every_eval_ever/schemas/eval.schema.json`` at commit 805ef1eb): the required fields, the enumerated
-#: values, string-only ``additional_details``, and the three kinds of ``source_data``.
-DETAILS = {"type": "object", "additionalProperties": {"type": "string"}}
-SOURCE = {"type": "object", "required": ["dataset_name", "source_type"]}
-EEE_RULES = {
-    "type": "object",
-    "required": ["schema_version", "evaluation_id", "retrieved_timestamp", "source_metadata", "model_info",
-                 "eval_library", "evaluation_results"],
-    "properties": {
-        "source_metadata": {
-            "type": "object",
-            "required": ["source_type", "source_organization_name", "evaluator_relationship"],
-            "properties": {
-                "source_type": {"enum": ["documentation", "evaluation_run"]},
-                "evaluator_relationship": {"enum": ["first_party", "third_party", "collaborative", "other"]},
-                "additional_details": DETAILS,
-            },
-        },
-        "eval_library": {"type": "object", "required": ["name", "version"]},
-        "model_info": {
-            "type": "object",
-            "required": ["name", "id", "additional_details"],
-            "properties": {"additional_details": DETAILS | {"required": ["deployment_type", "model_availability"]}},
-        },
-        "evaluation_results": {"type": "array", "items": {
-            "type": "object",
-            "required": ["evaluation_name", "source_data", "metric_config", "score_details"],
-            "properties": {
-                "source_data": {"oneOf": [
-                    SOURCE | {"required": ["dataset_name", "source_type", "url"],
-                              "properties": {"source_type": {"const": "url"}}},
-                    SOURCE | {"properties": {"source_type": {"const": "hf_dataset"}}},
-                    SOURCE | {"properties": {"source_type": {"const": "other"}}},
-                ]},
-                "metric_config": {"type": "object", "required": ["lower_is_better"], "properties": {
-                    "lower_is_better": {"type": "boolean"},
-                    "score_type": {"enum": ["binary", "continuous", "levels"]},
-                    "metric_parameters": {"type": "object", "additionalProperties": {
-                        "type": ["string", "number", "boolean", "null"]}},
-                }},
-                "score_details": {"type": "object", "required": ["score"], "properties": {
-                    "score": {"type": "number"}, "details": DETAILS,
-                }},
-            },
-        }},
-    },
-}  # fmt: skip
+from .test_board_ranking import record as board_record
+from .test_board_ranking import store_of
+
+SCHEMAS = Path(__file__).parent / "schemas"
+#: Every Eval Ever's published JSON schema of an aggregate record, version 0.3.0, vendored unchanged
+#: (tests/schemas/README.md: where from, its licence)
+EEE_RULES = json.loads((SCHEMAS / "every_eval_ever" / "eval.schema.json").read_text())
+
+
+def hub_rules() -> dict:
+    """A JSON schema of one ``.eval_results`` entry, read from the Hub's published template (vendored
+    ``hub/eval_results.yaml``): its first entry's keys, nested as indented there, each required where its
+    comment says ``Required`` (``source.url``: once ``source`` is given; ``dataset``, which has no comment,
+    because its ``id`` is), no other key; ``value`` a number
+    and everything else a string, as the template's examples and "Format this as a string" have them."""
+    template = (SCHEMAS / "hub" / "eval_results.yaml").read_text().split("\n# or", 1)[0]
+    root: dict = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    parents, bare = [(-1, root)], []
+    for line in template.splitlines():
+        found = re.match(r"^(\s*)(?:- )?([A-Za-z_]+):\s*(\S*)\s*(?:#\s*(.*))?$", line)
+        if not found:
+            continue
+        indent = len(found.group(1)) + (2 if line.lstrip().startswith("- ") else 0)
+        name, value, comment = found.group(2), found.group(3), found.group(4) or ""
+        while parents[-1][0] >= indent:
+            parents.pop()
+        parent = parents[-1][1]
+        if value:  # a leaf
+            parent["properties"][name] = {"type": "number" if name == "value" else "string"}
+        else:
+            parent["properties"][name] = child = {"type": "object", "properties": {}, "required": [],
+                                                  "additionalProperties": False}  # fmt: skip
+            parents.append((indent, child))
+            if not comment:  # no word of its own (``dataset``): required where a key inside it is
+                bare.append((parent, name, child))
+        if comment.startswith("Required"):
+            parent["required"].append(name)
+    for parent, name, child in bare:
+        if child["required"]:
+            parent["required"].append(name)
+    return {"type": "array", "items": root}
 
 
 CANARY = "QZXV{:03d}CANARY"
@@ -111,8 +109,18 @@ def test_hub_eval_results_entries_follow_the_hub_spec():
     """hub-docs eval_results.yaml: a list of {dataset: {id, task_id[, revision]}, value[, verifyToken, date,
     source: {url[, name, user, org]}, notes]}."""
     cell = exports.last_checkpoints(rows())[CELL]
-    entries = yaml.safe_load(exports._yaml(exports.hub_entries(cell, FINISHED, "9.9.9")))
-    assert isinstance(entries, list)
+    entries = yaml.safe_load(exports.yaml_text(exports.hub_entries(cell, FINISHED, "9.9.9")))
+    rules = hub_rules()
+    assert sorted(rules["items"]["required"]) == ["dataset", "value"]  # the template read as its comments say
+    assert rules["items"]["properties"]["dataset"]["required"] == ["id", "task_id"]
+    jsonschema.Draft7Validator(rules).validate(entries)
+    jsonschema.Draft7Validator(rules).validate(
+        yaml.safe_load(
+            exports.yaml_text(exports.hub_entries(cell, FINISHED, "9.9.9", source_url="https://x.org"))
+        )
+    )
+    with pytest.raises(jsonschema.ValidationError):  # the schema can fail: an entry without its task
+        jsonschema.Draft7Validator(rules).validate([{"dataset": {"id": "a/b"}, "value": 1.0}])
     for entry in entries:
         assert set(entry) == {"dataset", "value", "date", "notes"}  # no source without a URL
         assert set(entry["dataset"]) == {"id", "task_id"} and entry["dataset"]["id"] == exports.HUB_BENCHMARK
@@ -153,7 +161,7 @@ def test_hub_model_index_follows_the_model_card_spec():
         "huggingface_hub.repocard_data"
     ).model_index_to_eval_results
     cells = exports.last_checkpoints(rows())
-    block = yaml.safe_load(exports._yaml(exports.model_index(cells[CELL], "9.9.9")))
+    block = yaml.safe_load(exports.yaml_text(exports.model_index(cells[CELL], "9.9.9")))
     assert list(block) == ["model-index"]
     (model,) = block["model-index"]
     assert model["name"] == CELL and len(model["results"]) == 2
@@ -288,7 +296,7 @@ def test_publish_writes_both_exports_without_sample_text(tmp_path, monkeypatch):
     first = files(public)
     hub = sorted(p for p in first if p.startswith("eval_results/"))
     assert hub == sorted(f"eval_results/{c}{suffix}" for c in exports.last_checkpoints(rows())
-                         for suffix in (".yaml", ".model-index.yaml"))  # fmt: skip
+                         for suffix in (".yaml", ".model-index.yaml", ".model-card.md"))  # fmt: skip
     eee = sorted(p for p in first if p.startswith("every_eval_ever/"))
     assert len(eee) == 3 and all(p.startswith("every_eval_ever/data/privauditor/privauditor/") for p in eee)
     validator = jsonschema.Draft7Validator(EEE_RULES)
@@ -300,3 +308,166 @@ def test_publish_writes_both_exports_without_sample_text(tmp_path, monkeypatch):
     assert leaked == []
     publish(results, public)
     assert files(public) == first  # byte-stable
+
+
+def card_numbers(text):
+    """A model-card section's table, per attack: its numbers by the ``model-index`` metric type."""
+    found = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not line.startswith("| ") or cells[0] in ("attack", "---"):
+            continue
+        auc, _, interval = cells[2].partition(" [")
+        numbers = {"roc_auc": auc, "tpr_at_1pct_fpr": cells[3], "tpr_at_0.1pct_fpr": cells[4]}
+        if interval:
+            numbers["auc_ci_low"], numbers["auc_ci_high"] = interval.rstrip("]").split(", ")
+        found[cells[0]] = {k: float(v) for k, v in numbers.items() if v != "n/a"}
+    return found
+
+
+def index_numbers(block):
+    """A ``model-index`` block's numbers per attack (the attack named in each result's task)."""
+    return {
+        re.search(r": (\S+) attack", result["task"]["name"]).group(1): {
+            m["type"]: m["value"] for m in result["metrics"]
+        }
+        for result in block["model-index"][0]["results"]
+    }
+
+
+def test_the_model_card_section_shows_the_model_index_numbers():
+    """Heading, what was measured, the table (every number the block's, ``n/a`` where it has none), how to
+    read it, and the block itself, parsed back equal to :func:`exports.model_index`."""
+    cell = exports.last_checkpoints(rows())[CELL]
+    block = exports.model_index(cell, "9.9.9")
+    text = model_card.section(cell, "9.9.9", exports.yaml_text(block))
+    assert text.startswith("## Privacy audit (privauditor)\n")
+    for part in ("privauditor 9.9.9", "`tiny-gpt2`", "`lora`", "`sql`", "24 records the model was trained on",
+                 "24 held-out records", "epoch 3", "0.5 means", "no measurable leakage"):  # fmt: skip
+        assert part in text, part
+    assert "replicas" not in text  # one run's cell
+    shown = card_numbers(text)
+    assert shown == index_numbers(block)  # the same numbers, each one
+    assert shown["loss"] == {
+        "roc_auc": 0.6123,
+        "auc_ci_low": 0.5012,
+        "auc_ci_high": 0.7213,
+        "tpr_at_1pct_fpr": 0.0833,
+    }
+    assert "| zlib | gray-box | 0.5500 [0.5012, 0.7213] | n/a | 0.0000 |" in text
+    yaml_block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(yaml_block) == block and yaml_block == exports.yaml_text(block)
+    dp = exports.last_checkpoints(rows())["tiny-gpt2__full+dp-e8__org--data__s1__0c0c0c0c"]
+    dp_text = model_card.section(dp, "9.9.9", exports.yaml_text(exports.model_index(dp, "9.9.9")))
+    assert "`full+dp-e8`" in dp_text and "(ε = 7.5)" in dp_text and "| loss | gray-box | n/a |" in dp_text
+
+
+DATE = "2026-12-01"
+
+
+def board(folder):
+    """A store of two runs (a and b) of one block: ``none`` and ``lora`` cells in both (replicas), lora's
+    ``loss`` AUC 0.60 in a and 0.70 in b, its TPR at 1 % FPR 0.10 and 0.20; a's earlier checkpoint (AUC
+    0.99) is not the last; and a ``full`` cell of run b only."""
+    a = [board_record("a", "m1", "none", 0.5), board_record("a", "m1", "lora", 0.60, loss={"tpr_at_1pct_fpr": 0.10}),
+         board_record("a", "m1", "lora", 0.99, step=10)]  # fmt: skip
+    b = [board_record("b", "m1", "none", 0.5), board_record("b", "m1", "lora", 0.70, loss={"tpr_at_1pct_fpr": 0.20}),
+         board_record("b", "m1", "full", 0.80)]  # fmt: skip
+    return store_of(folder, a + b), a[1]["cell_id"]
+
+
+def export_board(store, to, *formats, date=DATE):
+    argv = ["board", "export", str(store), "--to", str(to), "--date", date]
+    return main(argv + [a for f in formats for a in ("--format", f)])
+
+
+def files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_board_export_validates_averages_replicas_and_is_byte_stable(tmp_path, capsys):
+    store, lora = board(tmp_path / "store")
+    out = tmp_path / "public"
+    assert export_board(store, out, "hf-eval-results", "every-eval-ever") == 0
+    assert "3 cells from 6 records" in capsys.readouterr().out
+    found = files(out)
+    cells = sorted({p.split("/")[1].split(".")[0] for p in found if p.startswith("eval_results/")})
+    assert len(cells) == 3 and lora in cells
+    assert json.loads(found["board-export.json"]) == {
+        "formats": ["hf-eval-results", "every-eval-ever"], "date": "2026-12-01T00:00:00Z", "cells": 3, "records": 6,
+    }  # fmt: skip
+
+    validator = jsonschema.Draft7Validator(EEE_RULES)
+    eee = {
+        p.split("/")[-2]: json.loads(data) for p, data in found.items() if p.startswith("every_eval_ever/")
+    }
+    assert sorted(eee) == cells
+    for path, data in found.items():
+        if path.startswith("every_eval_ever/"):
+            errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(json.loads(data))]
+            assert errors == [] and path == f"every_eval_ever/{exports.eee_path(json.loads(data))}"
+    lora_record = eee[lora]
+    midnight = str(calendar.timegm(time.strptime(DATE, "%Y-%m-%d")))
+    assert (
+        lora_record["retrieved_timestamp"] == midnight
+        and lora_record["evaluation_timestamp"] == "2026-12-01T00:00:00Z"
+    )
+    results = {r["evaluation_result_id"]: r["score_details"] for r in lora_record["evaluation_results"]}
+    assert results["loss.auc"]["score"] == pytest.approx(0.65)  # the replicas' mean, not a's or b's
+    assert results["loss.tpr_at_1pct_fpr"]["score"] == pytest.approx(0.15)
+    interval = results["loss.auc"]["uncertainty"]["confidence_interval"]
+    assert (interval["lower"], interval["upper"]) == pytest.approx(
+        (0.5, 0.7)
+    )  # run a's (sorts first), not a mean
+    assert results["loss.auc"]["details"]["replicas"] == "2"
+    assert results["loss.auc"]["details"]["replicas_agree"] == "false"
+    assert results["blind.auc"]["details"]["replicas_agree"] == "true"
+    assert "replicas" not in {
+        k for r in eee[cells[0]]["evaluation_results"] for k in r["score_details"]["details"]
+    }
+
+    entries = yaml.safe_load(found[f"eval_results/{lora}.yaml"])
+    values = {e["dataset"]["task_id"]: e["value"] for e in entries}
+    assert values["d/loss/auc"] == 0.65 and values["d/loss/tpr_at_1pct_fpr"] == 0.15
+    assert {e["date"] for e in entries} == {"2026-12-01T00:00:00Z"}
+    jsonschema.Draft7Validator(hub_rules()).validate(entries)
+    assert all("the mean of 2 replicas" in e["notes"] for e in entries)
+    block = yaml.safe_load(found[f"eval_results/{lora}.model-index.yaml"])
+    card = found[f"eval_results/{lora}.model-card.md"].decode()
+    assert card_numbers(card) == index_numbers(block) and index_numbers(block)["loss"]["roc_auc"] == 0.65
+    assert "mean of 2 runs of this cell" in card and "AUCs differ (loss)" in card
+    hub = pytest.importorskip("huggingface_hub")
+    if hasattr(hub, "parse_eval_result_entries"):
+        assert len(hub.parse_eval_result_entries(entries)) == len(entries)
+
+    assert export_board(store, out, "hf-eval-results", "every-eval-ever") == 0
+    assert files(out) == found  # the same store: the same bytes, replacing an earlier board export
+    assert export_board(store, tmp_path / "again", "every-eval-ever", "hf-eval-results") == 0
+    assert files(tmp_path / "again") == found
+    assert export_board(store, tmp_path / "hub", "hf-eval-results") == 0
+    only = files(tmp_path / "hub")
+    assert {p.split("/")[0] for p in only} == {"eval_results", "board-export.json"}
+    assert all(only[p] == found[p] for p in only if p != "board-export.json")
+
+
+def test_board_export_refuses_bad_input_in_one_line(tmp_path, capsys):
+    store, _ = board(tmp_path / "store")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    before = {"store": files(store), "taken": files(taken)}
+    cases = {
+        "unknown export format 'csv'": (store, tmp_path / "out", ["csv"], DATE),
+        "is not a board store": (tmp_path / "no-store", tmp_path / "out", ["hf-eval-results"], DATE),
+        "overlaps the store": (store, store / "public", ["hf-eval-results"], DATE),
+        "is not an earlier board export": (store, taken, ["every-eval-ever"], DATE),
+        "is neither a day": (store, tmp_path / "out", ["hf-eval-results"], "01/12/2026"),
+    }
+    for expected, (where, to, formats, date) in cases.items():
+        capsys.readouterr()
+        assert export_board(where, to, *formats, date=date) == 2, expected
+        error = capsys.readouterr().err.strip()
+        assert error.count("\n") == 0 and error.startswith("privauditor: error: ") and expected in error
+    assert not (tmp_path / "out").exists() and not (tmp_path / "no-store").exists()
+    assert {"store": files(store), "taken": files(taken)} == before  # nothing written, nothing half-written
+    assert not [p for p in tmp_path.rglob(".*tmp-*")]

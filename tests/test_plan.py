@@ -147,7 +147,7 @@ def test_a_model_known_only_by_size_or_config_and_bad_input(tmp_path, capsys):
                        (["--params", "x/y=big:llama"], "is not a size"),
                        (given[:2] + ["--prices", sweep_file], "has no 'as_of'"),
                        (given[:2] + ["--cluster", str(config)], "has no available_node_types"),
-                       (given[:2] + ["--cluster", str(broken)], "is not valid YAML")):  # fmt: skip
+                       (given[:2] + ["--cluster", str(broken)], "broken.yaml line 2: not valid YAML")):  # fmt: skip
         capsys.readouterr()
         assert main(["plan", sweep_file, *bad]) == 2
         err = capsys.readouterr().err.strip()

@@ -1,4 +1,4 @@
-"""``privauditor board add | check | build | release``."""
+"""``privauditor board add | check | build | release | export``."""
 
 from __future__ import annotations
 
@@ -30,8 +30,25 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from .site import build
+    from pathlib import Path
 
+    from privauditor.tasks.errors import PrivauditorError
+
+    from .site import build
+    from .store import Store
+
+    if args.hypothesis:  # malformed YAML is a one-line error before anything is read or written
+        from privauditor.orchestrator.run.sweep import find_sweep
+        from privauditor.tasks.settings import read_yaml
+
+        read_yaml(find_sweep(args.hypothesis))
+    local = Store(args.store).local
+    out = Path(args.out).resolve()
+    for part in ("records", "releases"):
+        if local is not None and (out == local / part or local / part in out.parents):
+            raise PrivauditorError(
+                f"--out {args.out} is inside the store's {part}/: choose a folder outside them"
+            )
     now = build(args.store, args.out, args.hypothesis)
     counts = now["counts"]
     print(f"board: {counts['records']} records from {counts['runs']} runs, {counts['settings']} settings, "
@@ -49,9 +66,20 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    import time
+
+    from .export import export
+
+    done = export(args.store, args.format, args.to, args.date or time.strftime("%Y-%m-%d", time.gmtime()))
+    print(f"board export: {done['cells']} cells from {done['records']} records as {' and '.join(done['formats'])}, "
+          f"dated {done['date']}: {args.to}")  # fmt: skip
+    return 0
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     board = commands.add_parser(
-        "board", help="a results store many runs merge into: add, check, build the site, release"
+        "board", help="a results store many runs merge into: add, check, build the site, release, export"
     )
     actions = board.add_subparsers(dest="board_command", required=True, metavar="ACTION")
     add = actions.add_parser("add", help="add a results folder's records (aggregates and provenance only)")
@@ -81,3 +109,22 @@ def register(commands: argparse._SubParsersAction) -> None:
     release.add_argument("--wandb-project", help="also log the board as a W&B table and artifact version")
     release.add_argument("--wandb-dir", help="where W&B writes its files (default: here)")
     release.set_defaults(handler=_release)
+    export = actions.add_parser(
+        "export",
+        help="each cell's numbers (replicas averaged) as Hugging Face Hub eval results or Every Eval Ever",
+    )
+    export.add_argument("store", help="store folder or pyarrow.fs URI")
+    export.add_argument(
+        "--format", action="append", required=True, metavar="hf-eval-results|every-eval-ever",
+        help="hf-eval-results: eval_results/ (Hub .eval_results entries, model-index block, model-card "
+        "section); every-eval-ever: every_eval_ever/ (schema 0.3.0 records); repeat for both",
+    )  # fmt: skip
+    export.add_argument(
+        "--to", required=True, help="export folder (replaced if it is an earlier board export)"
+    )
+    export.add_argument(
+        "--date", metavar="YYYY-MM-DD[THH:MM:SSZ]",
+        help="the evaluation time the files state, the same for every cell (board records hold no time; "
+        "default: today, UTC; give it to get the same bytes from the same store)",
+    )  # fmt: skip
+    export.set_defaults(handler=_export)

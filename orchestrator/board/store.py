@@ -64,6 +64,12 @@ class Store:
             raise PrivauditorError(
                 f"{self.uri} is not a board store (no {MARKER}): `privauditor board add` makes one"
             )
+        if self.local is not None and any(
+            (self.local / name).exists() for name in ("cells", "privauditor.json")
+        ):
+            raise PrivauditorError(
+                f"store {self.uri} is a results folder: give a new or empty folder for the store"
+            )
         self.write_new(MARKER, (json.dumps({"board_format": BOARD_FORMAT}) + "\n").encode(), exist_ok=True)
 
     def exists(self, relative: str) -> bool:

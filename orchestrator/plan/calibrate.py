@@ -35,10 +35,18 @@ class Finished:
     first: bool  # the first cell its worker process finished (it paid the process's imports and loads)
 
 
-def finished_cells(results: str | Path) -> list[Finished]:
-    """The finished cells of a results folder, with their timings and their best checkpoints."""
+def finished_cells(results: str | Path, option: str = "") -> list[Finished]:
+    """The finished cells of a results folder, with their timings and their best checkpoints (``option``:
+    the command-line option that named the folder, for errors)."""
+    from privauditor.tasks.results import check_results_dir
     from privauditor.tasks.spec import CellSpec
 
+    named = f"{option} {results}".strip()
+    if not Path(results).is_dir():
+        why = "a file" if Path(results).exists() else "no such folder"
+        raise PrivauditorError(f"{named} is not a results folder ({why})")
+    if (Path(results) / "privauditor.json").exists():  # read, never written: no marker is made
+        check_results_dir(Path(results))
     cells, order = [], []
     for done in sorted(Path(results).glob("cells/*/DONE")):
         record = json.loads((done.parent / "cell.json").read_text())
@@ -55,7 +63,7 @@ def finished_cells(results: str | Path) -> list[Finished]:
     for index in firsts.values():
         cells[index].first = True
     if not cells:
-        raise PrivauditorError(f"{results} holds no finished cells (cells/*/DONE) to calibrate on")
+        raise PrivauditorError(f"{named} holds no finished cells (cells/*/DONE) to fit or compare with")
     return cells
 
 
@@ -125,21 +133,25 @@ def best_before_last(cells: list[Finished]) -> float:
     return sum(earlier) / len(trajectories)
 
 
-def calibrate(results: str | Path, load_byte: float, shape_of: Any, tokens_of: Any) -> dict[str, float]:
+def calibrate(
+    results: str | Path, load_byte: float, shape_of: Any, tokens_of: Any, option: str = ""
+) -> dict[str, float]:
     """Rates fitted to a finished sweep's timings, and the share of trajectories whose best checkpoint came
     before the last (``best_before_last``)."""
-    cells = finished_cells(results)
+    cells = finished_cells(results, option)
     works = [cell_work(c.spec, shape_of, tokens_of, c.best) for c in cells]
     return fit(observations(cells, works), load_byte) | {"best_before_last": best_before_last(cells)}
 
 
-def compare(results: str | Path, rates: dict[str, float], shape_of: Any, tokens_of: Any) -> dict[str, Any]:
+def compare(
+    results: str | Path, rates: dict[str, float], shape_of: Any, tokens_of: Any, option: str = ""
+) -> dict[str, Any]:
     """A priori predictions (the planner's: which checkpoint will be best is not known; which cell started
     each worker process is taken from the run) against a finished sweep: per cell its own work, per split
     its shared work, and the whole sweep."""
     from .plan import seconds
 
-    cells = finished_cells(results)
+    cells = finished_cells(results, option)
     p = rates.get("best_before_last", 1.0)
     works = [cell_work(cell.spec, shape_of, tokens_of, best_before_last=p) for cell in cells]
     own, shared_measured = [], defaultdict(float)

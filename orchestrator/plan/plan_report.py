@@ -4,6 +4,7 @@ what a budget pays for, the fitted rates (``--calibrate``) and predictions again
 from __future__ import annotations
 
 import argparse
+import math
 from collections import Counter
 
 from privauditor.tasks.errors import PrivauditorError
@@ -26,6 +27,7 @@ def _report(args: argparse.Namespace) -> str:
     from .calibrate import calibrate, compare, error_summary
     from .shapes import shape_of
 
+    budget = _budget(args.budget_usd)
     try:
         sweep = load_sweep(args.sweep, args.set or [])
     except PrivauditorError as exc:
@@ -39,7 +41,11 @@ def _report(args: argparse.Namespace) -> str:
     lines, rates = [], None
     if args.calibrate:
         rates = calibrate(
-            args.calibrate, float(prices["cpu_seconds"].get("load_byte", 0.0)), shape_of, tokens_of
+            args.calibrate,
+            float(prices["cpu_seconds"].get("load_byte", 0.0)),
+            shape_of,
+            tokens_of,
+            "--calibrate",
         )
         lines.append(f"rates fitted to {args.calibrate} (seconds per unit; every node type gets them):")
         lines.append("  " + ", ".join(f"{unit} {value:.3g}" for unit, value in rates.items()))
@@ -60,14 +66,14 @@ def _report(args: argparse.Namespace) -> str:
     lines.append(_totals_line(found, planned, nodes, head))
     lines.append(f"tokens per record: measured on {measured} of {len(planned)} cells' records; max_length (an upper "
                  "bound) where the records or the tokenizer are not at hand offline")  # fmt: skip
-    if args.budget_usd is not None:
-        lines.append(_budget_line(planned, args.budget_usd))
+    if budget is not None:
+        lines.append(_budget_line(planned, budget))
     if args.compare:
         if rates is None:
             from .plan import device_rates
 
             rates = device_rates(prices, "cpu")
-        found = compare(args.compare, rates, shape_of, tokens_of)
+        found = compare(args.compare, rates, shape_of, tokens_of, "--compare")
         lines.append(
             f"predicted against {args.compare}, each cell's own work: {error_summary(found['errors'])}"
         )
@@ -77,6 +83,19 @@ def _report(args: argparse.Namespace) -> str:
             f"whole sweep: predicted {found['predicted_s']:.0f} s of cell time, measured {found['measured_s']:.0f} s"
         )
     return "\n".join(lines)
+
+
+def _budget(text: str | float | None) -> float | None:
+    """``--budget-usd`` as a number of dollars > 0 (None: not given); else a one-line error."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise PrivauditorError(f"--budget-usd must be a number of dollars > 0, not {text!r}")
+    return value
 
 
 def _row(p: Planned) -> list:

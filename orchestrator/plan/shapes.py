@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import re
 import warnings
 from collections.abc import Iterator
@@ -30,12 +31,15 @@ SCALE = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
 def parse_size(text: str) -> float:
     """``7B``, ``350M``, ``1.5e9``-style sizes as a number of parameters."""
     found = SIZE.match(text.strip())
-    if found:
-        return float(found.group(1)) * SCALE[found.group(2).upper()]
     try:
-        return float(text)
+        size = float(found.group(1)) * SCALE[found.group(2).upper()] if found else float(text)
     except ValueError:
-        raise PrivauditorError(f"--params: '{text}' is not a size (e.g. 7B, 350M)") from None
+        size = math.nan
+    if not (math.isfinite(size) and size >= 1):
+        raise PrivauditorError(
+            f"--params: '{text}' is not a size (a number of parameters >= 1, e.g. 7B, 350M)"
+        )
+    return size
 
 
 @contextlib.contextmanager
@@ -44,8 +48,9 @@ def registered(assignments: list[str]) -> Iterator[None]:
     while the block runs, so a sweep naming it can be planned."""
     from privauditor.tasks.models import MODELS
 
-    names = _register(assignments)
+    names: list[str] = []
     try:
+        _register(assignments, names)  # those registered before a bad one are removed too
         yield
     finally:
         for name in names:
@@ -54,10 +59,9 @@ def registered(assignments: list[str]) -> Iterator[None]:
             cached.cache_clear()
 
 
-def _register(assignments: list[str]) -> list[str]:
+def _register(assignments: list[str], names: list[str]) -> None:
     from privauditor.tasks.models import FAMILIES, MODELS, ModelSpec, family_for_model_type
 
-    names = []
     for item in assignments:
         name, _, value = item.partition("=")
         if not name or not value:
@@ -68,21 +72,29 @@ def _register(assignments: list[str]) -> list[str]:
         if path.suffix == ".json" or path.is_file():
             if not path.is_file():
                 raise PrivauditorError(f"--params {name}: config file '{value}' does not exist")
-            architecture = json.loads(path.read_text())
-            family = family_for_model_type(architecture.get("model_type", ""), f"--params {name}").name
+            try:
+                architecture = json.loads(path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise PrivauditorError(
+                    f"--params {name}: config file '{value}' is not JSON ({exc})"
+                ) from None
+            if not isinstance(architecture, dict):
+                raise PrivauditorError(f"--params {name}: config file '{value}' must hold a JSON object")
+            family = family_for_model_type(str(architecture.get("model_type", "")), f"--params {name}").name
         else:
             size, _, family = value.partition(":")
             if not family:
                 raise PrivauditorError(f"--params {name}: give the family too, e.g. {name}={size}:llama")
             FAMILIES.get(family)  # a one-line error for an unknown family
             architecture = {"params": parse_size(size)}
+        if name in names:
+            raise PrivauditorError(f"--params {name} is given twice")
         if name in MODELS:
             raise PrivauditorError(f"--params {name}: a registered model already has its architecture")
         MODELS.add(
             name, ModelSpec(name=name, family=family, source="hub", path=name, architecture=architecture)
         )
         names.append(name)
-    return names
 
 
 @functools.cache

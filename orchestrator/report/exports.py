@@ -1,6 +1,9 @@
-"""The aggregates of a results folder in two public formats, written by ``privauditor publish`` beside the
-leaderboard: the Hugging Face Hub's evaluation results (``TO/eval_results/``) and Every Eval Ever records
-(``TO/every_eval_ever/``).
+"""The aggregates of a results folder, or of a board, in two public formats: the Hugging Face Hub's
+evaluation results (``TO/eval_results/``) and Every Eval Ever records (``TO/every_eval_ever/``). Built here
+from leaderboard rows; the files are written by :mod:`.export_files`, for ``privauditor publish`` (one
+results folder, beside its leaderboard) and ``privauditor board export`` (a board's merged cell rows:
+:mod:`privauditor.orchestrator.board.export`, whose docstring says what a board's numbers are: means over
+replicas, ``replicas`` and ``replicas_agree`` below).
 
 What is exported, per cell at its last checkpoint (:func:`privauditor.orchestrator.report.summary.final`: the
 rows of the highest ``epoch``; an audit's one checkpoint, whose ``epoch`` is None) and per attack: the AUC,
@@ -8,7 +11,8 @@ the bounds of its 95 % bootstrap interval, and the TPR at 1 % and at 0.1 % FPR (
 leaderboard has none, or a non-finite value). Only named leaderboard fields are read, never a row as a
 whole, and nothing else of the results folder but each cell's ``DONE`` (its finishing time): no sample
 text, sample id or per-sample score can reach these files. The same results give the same bytes (the
-times written are the cells' finishing times, never the time of publishing; the file names are derived).
+times written are the cells' finishing times, never the time of publishing, or in a board export the date
+its caller gives, since board records hold no time; the file names are derived).
 
 **Hub** (``eval_results/<cell_id>.yaml``). One file per cell, because a cell is one adapted model (base x
 technique x dataset x seed) and the Hub keeps evaluation results in that model's own repository: upload
@@ -34,7 +38,13 @@ front matter (huggingface/hub-docs ``modelcard.md``, commit 8e20cec6ab4623fe7523
 ``huggingface_hub.repocard_data.model_index_to_eval_results`` reads it), which the Hub shows on any model
 page: merge it into the adapted model's ``README.md`` front matter. One result per attack (``task: {type:
 text-generation, name}``, ``dataset: {type, name}``, ``metrics: [{type, value, name}]``); the AUC's metric
-type is the Hub metric id ``roc_auc``, the others are the leaderboard's column names.
+type is the Hub metric id ``roc_auc``, the others are the leaderboard's column names. The same block, with a
+paragraph and a table to read it by, is ``eval_results/<cell_id>.model-card.md``
+(:mod:`.model_card`): a section to paste into the model card.
+
+A board row merges replicas (the same cell run again: ``runs`` > 1): the Hub notes then say "the mean of N
+replicas", and Every Eval Ever's ``details`` carry ``replicas`` and ``replicas_agree``; a row of one run
+(every results folder's) adds nothing, so publishing's bytes are as before.
 
 **Every Eval Ever** (``every_eval_ever/data/privauditor/privauditor/<cell_id>/<uuid>.json``). The EvalEval
 coalition's aggregate schema, ``every_eval_ever/schemas/eval.schema.json`` version 0.3.0 of
@@ -67,11 +77,9 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.files import write_text
 from privauditor.tasks.spec import slug
 
 from .summary import final
@@ -106,24 +114,6 @@ def version() -> str:
         return "unknown"
 
 
-def write(
-    to: Path, found: list[dict[str, Any]], finished: Mapping[str, str], source_url: str | None = None
-) -> list[Path]:
-    """Write both exports of the leaderboard rows ``found`` under ``to``; ``finished``: each cell's
-    finishing time (:func:`finished_times`). Returns the files written."""
-    to, written, v = Path(to), [], version()
-    for cell_id, rows in last_checkpoints(found).items():
-        hub = to / "eval_results" / f"{cell_id}.yaml"
-        write_text(hub, _yaml(hub_entries(rows, finished[cell_id], v, source_url=source_url)))
-        index = to / "eval_results" / f"{cell_id}.model-index.yaml"
-        write_text(index, _yaml(model_index(rows, v, source_url=source_url)))
-        record = eee_record(rows, finished[cell_id], v)
-        eee = to / "every_eval_ever" / eee_path(record)
-        write_text(eee, json.dumps(record, indent=2, allow_nan=False) + "\n")
-        written += [hub, index, eee]
-    return written
-
-
 def finished_times(results: Path, cells: list[str]) -> dict[str, str]:
     """Each cell's finishing time (``YYYY-MM-DDTHH:MM:SSZ``): its ``DONE``'s ``finished``, else (an audit's
     ``DONE`` has none) the time ``DONE`` was written."""
@@ -144,6 +134,18 @@ def last_checkpoints(found: list[dict[str, Any]]) -> dict[str, list[dict[str, An
     for row in final(found):
         cells.setdefault(row["cell_id"], []).append(row)
     return {cell_id: sorted(rows, key=lambda r: r["attack"]) for cell_id, rows in sorted(cells.items())}
+
+
+def values(row: dict[str, Any]) -> dict[str, float]:
+    """A row's exported :data:`METRICS`, rounded to 4 decimals as the Hub files and the model card show
+    them (absent and non-finite values left out)."""
+    return {column: round(value, 4) for column in METRICS if (value := _number(row.get(column))) is not None}
+
+
+def replicas(row: dict[str, Any]) -> dict[str, Any]:
+    """A board row's replica count and whether their AUCs agree; nothing for one run's row (``runs`` 1)."""
+    runs = row.get("runs") or 1
+    return {} if runs <= 1 else {"replicas": runs, "replicas_agree": bool(row.get("replicas_agree", True))}
 
 
 def hub_entries(
@@ -181,10 +183,9 @@ def model_index(rows: list[dict[str, Any]], v: str, source_url: str | None = Non
     for row in rows:
         kind, name = dataset_of(row)
         metrics = [
-            {"type": "roc_auc" if column == "auc" else column, "value": round(value, 4),
-             "name": f"{meaning} at {_checkpoint(row)}"}
-            for column, meaning in METRICS.items()
-            if (value := _number(row.get(column))) is not None
+            {"type": "roc_auc" if column == "auc" else column, "value": value,
+             "name": f"{METRICS[column]} at {checkpoint(row)}"}
+            for column, value in values(row).items()
         ]  # fmt: skip
         result: dict[str, Any] = {
             "task": {"type": "text-generation",
@@ -264,9 +265,10 @@ def _eee_results(row: dict[str, Any], kind: str, name: str, finished: str) -> li
     if kind == "hub":
         source["hf_repo"] = name
     source["additional_details"] = details
-    common = {"attack": attack, "access": access, "checkpoint": _checkpoint(row), "epoch": row["epoch"],
-              "step": row.get("step"), "n_members": n_members, "n_nonmembers": n_nonmembers}  # fmt: skip
-    against = f"the {n_members} members from the {n_nonmembers} non-members of {name}, at {_checkpoint(row)}"
+    common = {"attack": attack, "access": access, "checkpoint": checkpoint(row), "epoch": row["epoch"],
+              "step": row.get("step"), "n_members": n_members, "n_nonmembers": n_nonmembers,
+              **replicas(row)}  # fmt: skip
+    against = f"the {n_members} members from the {n_nonmembers} non-members of {name}, at {checkpoint(row)}"
     results = []
     auc = _number(row.get("auc"))
     if auc is not None:
@@ -327,13 +329,18 @@ def _context(row: dict[str, Any], v: str) -> str:
     defence = "" if (row.get("defence") or "none") == "none" else f", defence {row['defence']}"
     if row.get("epsilon") is not None:
         defence += f" (epsilon {row['epsilon']:g})"
+    merged = replicas(row)
+    if merged:
+        agree = "" if merged["replicas_agree"] else ", whose AUCs differ: the interval is one replica's"
+        defence += f"; the mean of {merged['replicas']} replicas (runs of this cell){agree}"
     return (f"the {row['attack']} membership-inference attack ({row.get('access', '?')} access) at "
-            f"{_checkpoint(row)}; privauditor {v}, cell {row['cell_id']}: technique {row['adaptation']} on "
+            f"{checkpoint(row)}; privauditor {v}, cell {row['cell_id']}: technique {row['adaptation']} on "
             f"{row['model']}, dataset {dataset_of(row)[1]}, seed {row['seed']}{defence}; {row['n_members']} "
             f"members vs {row['n_nonmembers']} non-members; higher means more leakage")  # fmt: skip
 
 
-def _checkpoint(row: dict[str, Any]) -> str:
+def checkpoint(row: dict[str, Any]) -> str:
+    """The checkpoint a row measured, in words."""
     if row["epoch"] is None:
         return "the audited checkpoint"
     return f"the last checkpoint (epoch {row['epoch']:g}, step {row.get('step')})"
@@ -356,7 +363,8 @@ def _strings(mapping: dict[str, Any]) -> dict[str, str]:
             for key, value in mapping.items() if value is not None}  # fmt: skip
 
 
-def _yaml(data: Any) -> str:
+def yaml_text(data: Any) -> str:
+    """``data`` as the YAML the Hub files hold (block style, keys in their given order)."""
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)

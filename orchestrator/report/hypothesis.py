@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.settings import build, load_yaml
+from privauditor.tasks.errors import PrivauditorError, unknown_name_message
+from privauditor.tasks.settings import build, load_yaml, read_yaml
 
 CHECKPOINTS = ("last", "best")
 
@@ -53,6 +53,12 @@ class Hypothesis:
     def __post_init__(self) -> None:
         if self.checkpoint not in CHECKPOINTS:
             raise PrivauditorError(f"hypothesis.checkpoint must be last or best, not {self.checkpoint!r}")
+        from privauditor.tasks.attacks import ATTACKS
+
+        if self.attack not in ATTACKS:
+            raise PrivauditorError(
+                "hypothesis.attack: " + unknown_name_message("attack", self.attack, ATTACKS.names())
+            )
         if len(self.order) < 2 or len(set(self.order)) != len(self.order):
             raise PrivauditorError(
                 f"hypothesis.order must name two or more classes once each, not {list(self.order)}"
@@ -154,16 +160,24 @@ def registration(
     )
 
 
+def of_sweep(out: Path) -> tuple[Hypothesis | None, str]:
+    """A results folder's sweep hypothesis (its ``sweep.yaml``; None without one, or with one that no
+    longer parses) and the sweep's name."""
+    sweep = Path(out) / "sweep.yaml"
+    data = read_yaml(sweep) if sweep.exists() else None
+    if not isinstance(data, dict) or not data.get("hypothesis"):
+        return None, ""
+    try:
+        return parse(data["hypothesis"]), str(data.get("name", ""))
+    except PrivauditorError:
+        return None, ""
+
+
 def of_results(out: Path, rows: list[dict[str, Any]]) -> tuple[Hypothesis | None, Registration | None]:
     """A results folder's sweep hypothesis (its ``sweep.yaml``) and whether it was pre-registered for
     the cells of ``rows`` (None, None without one, or with one that no longer parses)."""
-    sweep = out / "sweep.yaml"
-    data = load_yaml(sweep.read_text()) if sweep.exists() else None
-    if not isinstance(data, dict) or not data.get("hypothesis"):
-        return None, None
-    try:
-        hypothesis = parse(data["hypothesis"])
-    except PrivauditorError:
+    hypothesis, sweep = of_sweep(out)
+    if hypothesis is None:
         return None, None
     revisions = set()
     for cell_id in sorted({r["cell_id"] for r in rows}):
@@ -171,4 +185,4 @@ def of_results(out: Path, rows: list[dict[str, Any]]) -> tuple[Hypothesis | None
         revisions.add(record.get("versions", {}).get("privauditor_git"))
     seeds = {r["seed"] for r in rows if r["seed"] is not None}
     models = {r["model"] for r in rows}
-    return hypothesis, registration(hypothesis, str(data.get("name", "")), revisions, seeds, models=models)
+    return hypothesis, registration(hypothesis, sweep, revisions, seeds, models=models)

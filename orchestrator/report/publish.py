@@ -3,11 +3,14 @@
 What goes out: the leaderboard (``leaderboard.parquet/.csv/.md/.html``: per (cell, attack) aggregates,
 the contract columns), ``plots/`` (the cells' ROC images), ``provenance.json`` (per cell: resolved
 settings, package versions, split and adaptation hashes, training figures, timings), ``eval_results/`` and
-``every_eval_ever/`` (each cell's last-checkpoint aggregates as Hugging Face Hub evaluation results and
-Every Eval Ever records: :mod:`~privauditor.orchestrator.report.exports`) and ``published.json``. The same results give the same bytes (no time of publishing is written). What never goes out: sample text, sample ids, token ids, per-sample signals or
+``every_eval_ever/`` (each cell's last-checkpoint aggregates as Hugging Face Hub evaluation results, with
+a model-card section to paste, and as Every Eval Ever records, both formats always:
+:mod:`~privauditor.orchestrator.report.export_files`; ``privauditor board export`` writes the same files
+for a board, one format or both) and ``published.json``. The same results give the same bytes (no time of
+publishing is written). What never goes out: sample text, sample ids, token ids, per-sample signals or
 scores, neighbour texts, split id lists, adapter weights, W&B run files. The folder is built beside the
-target and renamed into place, so nobody reads half of it; a target that is not an earlier publish
-folder is refused, not overwritten. ``--wandb-project`` also logs the leaderboard as a W&B table (mode
+target and renamed into place (:func:`privauditor.tasks.files.replace_folder`), so nobody reads half of it;
+a target that is not an earlier publish folder is refused, not overwritten. ``--wandb-project`` also logs the leaderboard as a W&B table (mode
 from ``WANDB_MODE``, else online).
 """
 
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.files import write_json
+from privauditor.tasks.files import replace_folder, write_json
 
 #: the parts of a cell's ``cell.json`` that are published (``runtime`` names machines; it stays home)
 PROVENANCE_KEYS = (
@@ -32,36 +35,30 @@ MARKER = "published.json"
 
 def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[dict[str, Any]]:
     """Write the public export of ``results`` to ``to``; returns the leaderboard rows."""
-    from . import exports
-    from .leaderboard import rows, write
-
     results, to = Path(results).resolve(), Path(to).resolve()
     if not (results / "cells").is_dir():
         raise PrivauditorError(f"{results} is not a results folder (no cells/ inside)")
+    if (results / "privauditor.json").exists():  # a folder of another results format is refused, not read
+        from privauditor.tasks.results import check_results_dir
+
+        check_results_dir(results)
     if to == results or to in results.parents:
         raise PrivauditorError(f"--to {to} would replace the results folder itself: choose another folder")
     if to.exists() and not (to / MARKER).is_file():
         raise PrivauditorError(f"--to {to} exists and is not an earlier publish folder: not overwriting it")
+    if results in to.parents and to.parent != results:
+        raise PrivauditorError(
+            f"--to {to} is inside the results folder's {to.relative_to(results).parts[0]}/: choose a folder "
+            "outside the results folder, or directly in it (the default: DIR/public)"
+        )
+    if wandb_project is not None:
+        from ..run.sweep import check_project
+
+        check_project(wandb_project, "--wandb-project")
+    from .leaderboard import rows
+
     found = rows(results)
-    tmp = to.parent / f".{to.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "plots").mkdir(parents=True)
-    cells = sorted({r["cell_id"] for r in found})
-    for cell_id in cells:
-        png = results / "plots" / f"{cell_id}.png"
-        if png.is_file():
-            shutil.copyfile(png, tmp / "plots" / png.name)
-    write(tmp, found)
-    exports.write(tmp, found, exports.finished_times(results, cells))  # Hub and Every Eval Ever files
-    provenance = {}
-    for cell_id in cells:
-        record = json.loads((results / "cells" / cell_id / "cell.json").read_text())
-        provenance[cell_id] = {k: record[k] for k in PROVENANCE_KEYS if k in record}
-    write_json(tmp / "provenance.json", {"cells": provenance})
-    write_json(tmp / MARKER, {"results": results.name, "cells": len(cells), "rows": len(found)})
-    if to.exists():
-        shutil.rmtree(to)
-    os.replace(tmp, to)
+    replace_folder(to, lambda tmp: _write(results, tmp, found))
     if wandb_project:
         from ..run.sweep import WandbSettings
         from ..run.tracking import log_leaderboard
@@ -69,3 +66,25 @@ def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[d
         mode = os.environ.get("WANDB_MODE") or "online"
         log_leaderboard(WandbSettings(mode=mode, project=wandb_project), results.name, to, found)
     return found
+
+
+def _write(results: Path, tmp: Path, found: list[dict[str, Any]]) -> None:
+    """Every published file of ``results``' leaderboard rows ``found`` into the empty folder ``tmp``."""
+    from . import export_files
+    from .exports import finished_times
+    from .leaderboard import write
+
+    (tmp / "plots").mkdir()
+    cells = sorted({r["cell_id"] for r in found})
+    for cell_id in cells:
+        png = results / "plots" / f"{cell_id}.png"
+        if png.is_file():
+            shutil.copyfile(png, tmp / "plots" / png.name)
+    write(tmp, found)
+    export_files.write(tmp, found, finished_times(results, cells))  # Hub and Every Eval Ever files, both
+    provenance = {}
+    for cell_id in cells:
+        record = json.loads((results / "cells" / cell_id / "cell.json").read_text())
+        provenance[cell_id] = {k: record[k] for k in PROVENANCE_KEYS if k in record}
+    write_json(tmp / "provenance.json", {"cells": provenance})
+    write_json(tmp / MARKER, {"results": results.name, "cells": len(cells), "rows": len(found)})

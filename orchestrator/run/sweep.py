@@ -22,14 +22,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import privauditor.sweeps as sweeps_package
 from privauditor.tasks.config import CellConfig, cell_config
-from privauditor.tasks.errors import PrivauditorError, unknown_name_message
-from privauditor.tasks.settings import build, load_yaml
+from privauditor.tasks.errors import PrivauditorError, closest, unknown_name_message
+from privauditor.tasks.settings import build, read_yaml, yaml_hint
 
 from ..report.hypothesis import Hypothesis, parse
 from .matrix import Dropped, defence_reason, expand
@@ -41,6 +42,8 @@ CELL_KEYS = ("attacks", "split", "train", "score", "attack_params", "adaptation_
              "defence_params")  # fmt: skip
 TOP_KEYS = ("name", "seeds", "matrix", "exclude", "overrides", "run", "tracking", "hypothesis", *CELL_KEYS)
 SWEEPS_DIR = Path(sweeps_package.__file__).resolve().parent  # benchmarks/sweeps, shipped as package data
+#: a sweep's name: the default results folder's (results/<name>), so one safe path segment
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,14 @@ class RunSettings:
         gpus = self.gpus_per_trial
         if not (gpus in (None, "auto") or (isinstance(gpus, float) and gpus >= 0)):
             raise PrivauditorError(f"run.gpus_per_trial must be auto, null or a number >= 0, not {gpus!r}")
+        if self.cpus_per_trial is not None and self.cpus_per_trial <= 0:
+            raise PrivauditorError(
+                f"run.cpus_per_trial must be a number > 0 or null, not {self.cpus_per_trial!r}"
+            )
+        if self.max_concurrent_trials is not None and self.max_concurrent_trials < 1:
+            raise PrivauditorError(
+                f"run.max_concurrent_trials must be at least 1 or null, not {self.max_concurrent_trials!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,15 @@ class WandbSettings:
             raise PrivauditorError(
                 f"tracking.wandb.mode must be offline, online or disabled, not {self.mode!r}"
             )
+        check_project(self.project, "tracking.wandb.project")
+
+
+def check_project(project: str, where: str) -> None:
+    """A one-line error unless ``project`` is a name W&B takes (W&B refuses others only once it starts)."""
+    bad = sorted(set(project) & set("/\\#?%:"))
+    if not project.strip() or len(project) > 128 or bad:
+        why = f"it holds {', '.join(map(repr, bad))}" if bad else "1 to 128 characters"
+        raise PrivauditorError(f"{where} {project!r} is not a W&B project name ({why})")
 
 
 @dataclass(frozen=True)
@@ -148,16 +168,22 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
     applied to every cell."""
     matrix = _checked_keys(data, name)
     axes = {key: _names(f"matrix.{key}", matrix.get(key)) for key in MATRIX_KEYS}
+    for key, names in axes.items():
+        _once(name, f"matrix.{key}", names, "a name")
     seeds = _names("seeds", data.get("seeds", [0]))
-    if not all(type(s) is int for s in seeds):
-        raise PrivauditorError(f"{name}: seeds must be integers, not {seeds!r}")
+    if not all(type(s) is int and s >= 0 for s in seeds):
+        raise PrivauditorError(f"{name}: seeds must be integers >= 0, not {seeds!r}")
+    _once(name, "seeds", seeds, "an integer")
     cells, dropped = expand(axes["model"], axes["adaptation"], axes["dataset"], seeds)
     defences = _defences(name, matrix.get("defence", ["none"]))
+    axes |= {"defence": [d for d, _ in defences], "seed": seeds}
     rules = {"shared": {k: data[k] for k in CELL_KEYS if k in data}}
     for where in ("exclude", "overrides"):
         rules[where] = items = data.get(where) or []
         if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
             raise PrivauditorError(f"{name}: {where} must be a list of mappings")
+        for index, partial in enumerate(items):
+            _matchable(name, f"{where}[{index}]", partial, axes)
     configs = []
     for cell, (defence, params) in itertools.product(cells, defences):
         reason = defence_reason(cell.model, cell.adaptation, defence)
@@ -169,18 +195,66 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
         settings = _cell_settings(cell, defence, params, rules, name)
         if settings is not None:
             configs.append(cell_config(settings, list(assignments)))
-    run = build(RunSettings, data.get("run") or {}, "run")
-    tracking = data.get("tracking") or {}
+    run = build(RunSettings, data.get("run"), "run")
+    tracking = {} if data.get("tracking") is None else data["tracking"]
     if not isinstance(tracking, dict) or set(tracking) - {"wandb"}:
         raise PrivauditorError(f"{name}: tracking has one key, wandb")
-    wandb = build(WandbSettings, tracking.get("wandb") or {}, "tracking.wandb")
-    hypothesis = parse(data.get("hypothesis"))
-    if hypothesis is not None:
-        unknown = sorted(set(hypothesis.classes) - {c.adaptation for c in configs})
-        if unknown:
-            raise PrivauditorError(f"{name}: hypothesis.classes names techniques the matrix lacks: {unknown}")
-    sweep_name = str(data.get("name") or name)
+    wandb = build(WandbSettings, tracking.get("wandb"), "tracking.wandb")
+    hypothesis = _hypothesis(name, data.get("hypothesis"), configs)
+    sweep_name = data.get("name", name)  # without one, the file's name
+    if "name" in data and not (isinstance(sweep_name, str) and NAME.match(sweep_name)):
+        raise PrivauditorError(
+            f"{name}: name must be letters, digits, '.', '_' and '-' (at most 64, the results folder's name), "
+            f"not {sweep_name!r}{yaml_hint(sweep_name)}"
+        )
     return Sweep(sweep_name, tuple(seeds), tuple(configs), tuple(dropped), run, wandb, data, hypothesis)
+
+
+def _hypothesis(name: str, block: Any, configs: list[CellConfig]) -> Hypothesis | None:
+    """The sweep's ``hypothesis`` block, its classes' techniques in the matrix and its attack among the
+    attacks the cells run."""
+    hypothesis = parse(block)
+    if hypothesis is None:
+        return None
+    unknown = sorted(set(hypothesis.classes) - {c.adaptation for c in configs})
+    if unknown:
+        raise PrivauditorError(f"{name}: hypothesis.classes names techniques the matrix lacks: {unknown}")
+    ran = sorted({a for c in configs for a in c.attacks})
+    if configs and hypothesis.attack not in ran:
+        hint = closest(hypothesis.attack, ran)
+        raise PrivauditorError(
+            f"{name}: hypothesis.attack '{hypothesis.attack}' is not an attack the sweep runs "
+            f"({', '.join(ran)}){f'; did you mean {hint!r}?' if hint else ''}"
+        )
+    return hypothesis
+
+
+def _once(name: str, where: str, values: list[Any], kind: str) -> None:
+    """A one-line error unless every entry of the list ``where`` is ``kind`` (a name: a string; an integer)
+    and given once."""
+    for index, value in enumerate(values):
+        if not (isinstance(value, str) if kind == "a name" else type(value) is int):
+            raise PrivauditorError(
+                f"{name}: {where}[{index}] must be {kind}, not {value!r}{yaml_hint(value)}"
+            )
+        if value in values[:index]:
+            raise PrivauditorError(f"{name}: {where} gives {value!r} twice")
+
+
+def _matchable(name: str, where: str, partial: dict[str, Any], axes: dict[str, list[Any]]) -> None:
+    """A one-line error unless every value an ``exclude`` / ``overrides`` entry matches on is one the
+    matrix has (a value it lacks matches nothing: a typo, or a rule left over)."""
+    for key, value in partial.items():
+        if key not in axes:
+            continue
+        for entry in value if isinstance(value, list) else [value]:
+            if isinstance(entry, dict | list) or entry not in axes[key]:
+                lacks = "seeds lack" if key == "seed" else f"matrix.{key} lacks"
+                hint = closest(str(entry), [str(a) for a in axes[key]]) if isinstance(entry, str) else None
+                raise PrivauditorError(
+                    f"{name}: {where}.{key} names {entry!r}, which {lacks}"
+                    + (f"; did you mean {hint!r}?" if hint else f" ({', '.join(map(str, axes[key]))})")
+                )
 
 
 def _checked_keys(data: Any, name: str) -> dict[str, Any]:
@@ -239,15 +313,5 @@ def find_sweep(path_or_name: str) -> Path:
 
 def load_sweep(path_or_name: str, assignments: list[str] = ()) -> Sweep:
     """Read, validate and expand a sweep file."""
-    import yaml
-
     path = find_sweep(path_or_name)
-    try:
-        data = load_yaml(path.read_text())
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise PrivauditorError(
-            f"{path}{where}: not valid YAML ({getattr(error, 'problem', error)})"
-        ) from None
-    return parse_sweep(data, path.stem, assignments)
+    return parse_sweep(read_yaml(path), path.stem, assignments)
