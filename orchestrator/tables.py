@@ -1,4 +1,4 @@
-"""Plain-text tables the CLI prints (registries, offline bases, datasets)."""
+"""The text tables the CLI prints (registries, offline bases, datasets, summaries), through rich."""
 
 from __future__ import annotations
 
@@ -8,14 +8,31 @@ import textwrap
 import time
 from pathlib import Path
 
+#: rich's box of these tables: no borders, a space between columns, a rule of dashes under the header
+RULE_SPEC = "    \n    \n -  \n    \n    \n    \n    \n    \n"
+
 
 def render(headers: list[str], rows: list[list[object]]) -> str:
-    """A left-aligned text table with a header rule."""
-    cells = [[str(c) for c in row] for row in [headers, *rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """A left-aligned table (rich's), a rule under the header, columns two spaces apart; wrapped to the
+    terminal's width when printed to one, else (a pipe, a file, a test) as wide as its rows."""
+    import io
+    import shutil
+    import sys
+
+    from rich.box import Box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=Box(RULE_SPEC, ascii=True), show_edge=False, padding=(0, 1, 0, 0), header_style="")
+    for header in headers:
+        table.add_column(Text(header))
+    for row in rows:  # Text: a cell's "[0.08, 0.16]" is an interval, not rich markup
+        table.add_row(*(Text(str(c)) for c in row))
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 100_000
+    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, emoji=False)
+    console.print(table)
+    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines() if line.strip())
 
 
 def listing(what: str) -> str:

@@ -37,14 +37,17 @@ def rendered():
 
     from privauditor.orchestrator.report.audit_report import browser
 
-    def dom(page) -> str:
+    def dom(page, fragment: str = "") -> str:
+        """``page``'s DOM once its scripts are done (a virtual-time budget: the row table inflates its
+        data asynchronously); ``fragment``: the address's ``#...`` part, as a reader's link gives it."""
         binary = browser()
         if binary is None:
             if os.environ.get("CI") == "true":
                 pytest.fail("no Chromium found: CI installs Debian's chromium for the page tests")
             pytest.skip("no Chromium here (install Debian's chromium to render the page)")
         return subprocess.run(
-            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+            [binary, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000", "--dump-dom",
+             page.as_uri() + (f"#{fragment}" if fragment else "")],
             capture_output=True, text=True, timeout=120, check=True,
         ).stdout  # fmt: skip
 

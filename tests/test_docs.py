@@ -53,3 +53,22 @@ def test_the_docs_build_with_warnings_as_errors_and_list_every_page(tmp_path):
 def test_the_readme_fits_a_screen():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 150, f"README.md has {len(lines)} lines: move detail to docs/"
+
+
+def test_the_readmes_headline_is_the_default_runs_answer_in_the_docs():
+    """The README's sample of the headline is the table docs/findings.md records for the default run, the
+    same rows in the same format (both copied from one run's findings.md), with the same commit named."""
+
+    def answer(text: str, heading: str) -> tuple[str, list[str]]:
+        section = text.split(heading, 1)[1].split("\n#", 1)[0]
+        return re.search(r"commit ([0-9a-f]{7})", section).group(1), [
+            line for line in section.splitlines() if line.startswith("|")
+        ]
+
+    readme = answer((ROOT / "README.md").read_text(), "### Tiny bases: the default run's Answer")
+    docs = answer((ROOT / "docs" / "findings.md").read_text(), "## The default run's Answer")
+    assert readme == docs and len(readme[1]) >= 4
+    assert (
+        readme[1][0]
+        == "| rank | technique | class | trainable | mean AUC | mean rank [95 % CI over blocks] |"
+    )

@@ -3,20 +3,27 @@ findings.md with the Answer, the CD diagram, controls and the exploratory famili
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import re
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.report.findings import findings
 from privauditor.orchestrator.report.plots import pareto
+from privauditor.orchestrator.report.summary import final
 from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 
 LEVELS = {"none": 0.50, "prompt": 0.53, "lora": 0.60, "full": 0.70, "head": 0.76}
+#: one row of a rendered headline table: rank, technique, mean AUC, mean rank [CI]
+TABLE_CELLS = r"<tr>" + r"<td[^>]*>([^<]*)</td>" * 15 + r"</tr>"
+TABLE_ROW = r"<tr><td>(\d+)</td><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td></tr>"
 CLASSES = {"prompt": "prompt_based", "lora": "adapters", "full": "full", "head": "head"}
 
 
@@ -92,6 +99,32 @@ def test_two_seeds_give_every_pair_a_t_interval_with_holm_named(tmp_path):
     assert sum(" − " in line for line in pairs) == len(pairs)
 
 
+def test_a_technique_under_two_settings_is_ranked_on_their_mean_and_its_trajectories_never_mix(tmp_path):
+    """A sweep changed and rerun into one folder: `lora` in block (m1, d1) also under a second setting of 2
+    epochs whose last AUC is 0.9. Its value there is the mean of the two settings' last checkpoints (not the
+    checkpoint of the largest step over both), as the board computes it; the paired reads leave it out."""
+    from privauditor.orchestrator.board.ranked import block_values
+    from privauditor.orchestrator.report import blocks as blk
+
+    rows = [r | {"setting": "a"} for r in synthetic(tmp_path)]
+    first = next(
+        r for r in rows if (r["model"], r["dataset"], r["adaptation"], r["epoch"]) == ("m1", "d1", "lora", 4)
+    )
+    rows += [first | {"setting": "b", "cell_id": "m1__lora__d1__s0__b", "epoch": e, "step": 5 * e, "auc": a}
+             for e, a in ((0, 0.5), (2, 0.9))]  # fmt: skip
+    (tmp_path / "cells" / "m1__lora__d1__s0__b").mkdir()
+    (tmp_path / "cells" / "m1__lora__d1__s0__b" / "cell.json").write_text(json.dumps({"versions": {}}))
+    values = blk.block_values(rows, "loss", "last")
+    assert values[("m1", "d1")]["lora"] == pytest.approx((first["auc"] + 0.9) / 2)
+    assert values == block_values(rows)  # the board's value is the same function's
+    assert "lora" not in blk.trajectories(rows, "loss")[("m1", "d1")] and blk.several(rows, "loss") == {
+        "lora": 1
+    }
+    answer = findings(tmp_path, rows).split("## Answer", 1)[1].split("\n## ", 1)[0]
+    assert "Run under more than one setting in a block: `lora` (1 block)" in answer
+    assert "6 complete (model, dataset) blocks, 1 seed each" in answer
+
+
 def test_the_pareto_frontier_keeps_the_points_nothing_beats_on_both_axes():
     points = [(3.0, 0.7), (4.0, 0.6), (5.0, 0.65), (6.0, 0.5), (3.0, 0.8)]
     assert pareto(points) == [(3.0, 0.7), (4.0, 0.6), (6.0, 0.5)]
@@ -129,10 +162,32 @@ def test_report_writes_findings_with_the_answer_controls_and_plots(tmp_path, cap
     assert "data:image" not in html and "privacy_utility.png" in sources and len(sources) >= 4
     assert all((out / src).is_file() for src in sources) and page.stat().st_size < 1_000_000
     dom = rendered(page)
-    assert (
-        len(re.findall(r"<img [^>]*loading=\"lazy\"", dom)) == len(sources)
-        and '<table class="sortable">' in dom
+    assert len(re.findall(r"<img [^>]*loading=\"lazy\"", dom)) == len(sources)
+    # every row is in the page, each cell's last checkpoint shown unless asked; filters from the address
+    total = len(pq.read_table(out / "leaderboard.parquet"))
+    last = len(final(pq.read_table(out / "leaderboard.parquet").to_pylist()))
+    assert f'id="row-count">{last} of {total} rows<' in dom and 'id="row-page">page 1 of 1<' in dom
+    picked = rendered(page, "attack=zlib&dataset=sql&every=1")
+    shown = re.findall(TABLE_CELLS, picked.split('id="row-table"', 1)[1].split("</table>", 1)[0])
+    assert len(shown) == 4 * 4 - 3 and {(r[2], r[6]) for r in shown} == {("sql", "zlib")}  # `none`: epoch 0
+    assert '<td class="num">' in picked  # numbers right-aligned, to compare down a column
+    # one headline: findings.md's Answer (which `run` and `report` print), the page and the board site
+    answer = text.split("## Answer", 1)[1].split("\n## ", 1)[0]
+    shown = [
+        [c.strip() for c in line.split("|")[1:-1]] for line in answer.splitlines() if line.startswith("| ")
+    ]
+    headline = {(c[1], c[-2], c[-1]) for c in shown if c[0] != "rank"}  # technique, AUC, rank [95 % CI]
+    assert len(headline) == 3  # full, lora, prompt over the 2 blocks (`none` is the control)
+    ranking = html.split('<h2 id="headline">', 1)[1].split("</table>", 1)[0]
+    assert {(t, a, r) for _, t, a, r in re.findall(TABLE_ROW, ranking)} == headline
+    store, site = tmp_path / "store", tmp_path / "site"
+    assert main(["board", "add", str(out), str(store)]) == 0
+    assert main(["board", "build", str(store), "--out", str(site)]) == 0
+    board = (site / "index.html").read_text().split("<h2>Techniques</h2>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(
+        r"<tr><td>\d+</td><td><a [^>]*>([^<]+)</a></td><td>[^<]*</td><td>([^<]+)</td><td>([^<]+)</td>", board
     )
+    assert set(rows) == headline
 
 
 def test_one_headline_per_technique_on_the_page_and_in_the_answer(tmp_path):
@@ -144,20 +199,21 @@ def test_one_headline_per_technique_on_the_page_and_in_the_answer(tmp_path):
     rows = synthetic(tmp_path)
     blind = [r | {"attack": "blind", "access": "model-free", "auc": 0.99} for r in rows]
     answer = findings(tmp_path, rows).split("## Answer", 1)[1].split("\n## ", 1)[0]
-    page = headline(rows + blind)
+    page = headline(tmp_path, rows + blind)
     for line in answer.splitlines():
         if line.startswith("| ") and "rank" not in line:
             cells = [c.strip() for c in line.split("|")[1:-1]]  # rank, technique, class, trainable, AUC, rank
             assert f"<td>{cells[1]}</td><td>{cells[4]}</td>" in page
     means = {r[0]: r[1] for r in summary(rows + blind, "adaptation")}
     assert means == {r[0]: r[1] for r in summary(rows, "adaptation")}  # the 0.99 control changes nothing
-    # the page's row table holds each cell's last checkpoint only (every checkpoint is in the CSV)
+    # the page embeds every row, each cell's last checkpoint flagged (what it shows unless asked)
     from privauditor.orchestrator.report.html import leaderboard_html
-    from privauditor.orchestrator.report.summary import final
 
     full = [r | {"trainable_params": 10, "tpr_at_1pct_fpr": None, "tpr_at_0fp": None} for r in rows]
-    table = leaderboard_html(tmp_path, full).split('<table class="sortable">')[1].split("</table>")[0]
-    assert table.count("<tr>") - 1 == len(final(rows)) < len(rows)
+    page = leaderboard_html(tmp_path, full)
+    data = page.split('<script type="application/octet-stream" id="row-data">', 1)[1].split("</script>", 1)[0]
+    embedded = json.loads(gzip.decompress(base64.b64decode(data)))
+    assert len(embedded) == len(rows) and sum(r[0] for r in embedded) == len(final(rows)) < len(rows)
 
 
 def test_the_extraction_section_gives_each_technique_its_added_rate_with_an_interval(tmp_path):

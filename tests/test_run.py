@@ -69,7 +69,7 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
     assert table.column_names == columns() and table.num_rows == 2 * 4
     for suffix in ("csv", "md", "html"):
         assert (out / f"leaderboard.{suffix}").stat().st_size > 0
-    assert '<table class="sortable">' in (out / "leaderboard.html").read_text()
+    assert 'id="row-data"' in (out / "leaderboard.html").read_text()
     assert len(list((out / "plots").glob("*.png"))) == 2
     # the attacks ran as Ray tasks on the stored signals: the same numbers as in-process
     cell_dir = out / "cells" / done[0]

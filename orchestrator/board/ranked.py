@@ -1,7 +1,8 @@
 """The board's ranking of techniques: the battery (:mod:`privauditor.orchestrator.report.battery`) over blocks.
 
-Like with like: a block is one (model, dataset) pair, and a technique's value in a block is the mean
-over its seeds of the :data:`RANKING_ATTACK` AUC at each cell's last checkpoint (by step), undefended
+The headline (:mod:`privauditor.orchestrator.report.headline`), as ``findings.md``'s Answer gives it for
+one results folder. Like with like: a block is one (model, dataset) pair, and a technique's value in a block
+is the mean over its seeds of the :data:`RANKING_ATTACK` AUC at each cell's last checkpoint (by step), undefended
 settings only (a defended technique such as ``lora+dp-e8`` is a different question, on its own pages);
 where a technique has several settings in one block (two sweeps with different splits or learning
 rates), the mean of their seed means. ``none``, the un-adapted base, is the control and is never
@@ -21,46 +22,32 @@ from typing import Any
 
 from privauditor.orchestrator.report import battery
 from privauditor.orchestrator.report import blocks as blk
+from privauditor.orchestrator.report.headline import ATTACK, view_of
 from privauditor.orchestrator.report.summary import technique
 
 from .merge import live
 
-#: the attack the board ranks by: ``loss`` (Yeom et al. 2018), the one every other attack of the
-#: benchmark refines (reference, neighbourhood and token-level attacks all rescale a loss), available on
-#: every model, and the one ``findings.md`` ranks by by default
-#: (:data:`privauditor.orchestrator.report.findings.PRIMARY_ATTACK`)
-RANKING_ATTACK = "loss"
+#: the attack the board ranks by: the headline's (:mod:`privauditor.orchestrator.report.headline`)
+RANKING_ATTACK = ATTACK
+#: the checkpoint it reads, unless a build's hypothesis names the ranking attack at another (``view_of``)
 VIEW = "last"
 
 
 def block_values(
     cells: list[dict[str, Any]], attack: str = RANKING_ATTACK, view: str = VIEW
 ) -> dict[blk.Block, dict[str, float]]:
-    """block → technique → the mean over its settings of the mean over seeds of ``attack``'s AUC at the
-    checkpoint ``view`` picks (``last``, or ``best``: lowest validation NLL) of each cell row trajectory;
-    blocks with no technique but the control are left out."""
-    trajectories: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for row in cells:
-        if row["attack"] == attack and row["defence"] == "none" and row["step"] is not None:
-            block = (row["model"], row["dataset"])
-            trajectories[(block, row["adaptation"], row["setting"], row["seed"])].append(row)
-    by_setting: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for (block, name, setting, _), points in trajectories.items():
-        row = blk.pick(sorted(points, key=lambda r: r["step"]), view)
-        by_setting[(block, name)][setting].append(row["auc"])
-    picked: dict[blk.Block, dict[str, dict[str, float]]] = defaultdict(dict)
-    for (block, name), settings in by_setting.items():
-        picked[block][name] = {s: sum(v) / len(v) for s, v in settings.items()}
-    return {b: v for b, v in sorted(blk.values(picked).items()) if v}
+    """block → technique → the headline's value (:func:`privauditor.orchestrator.report.blocks.block_values`:
+    the mean over its settings of the mean over seeds of ``attack``'s AUC at the checkpoint ``view`` picks)."""
+    return blk.block_values(cells, attack, view)
 
 
 def rank(
     cells: list[dict[str, Any]], hypothesis: Any = None
 ) -> tuple[battery.Battery | None, battery.Battery | None]:
-    """The board's battery, and the one Page's test of ``hypothesis`` runs on (the same battery where
-    the hypothesis names the ranking attack and the last checkpoint; None without a hypothesis)."""
-    own = hypothesis is not None and (hypothesis.attack, hypothesis.checkpoint) == (RANKING_ATTACK, VIEW)
-    main = battery.run(block_values(cells), hypothesis if own else None)
+    """The board's battery (the headline's, at the checkpoint the hypothesis names where it names the
+    ranking attack), and the one Page's test of ``hypothesis`` runs on (None without a hypothesis)."""
+    own = hypothesis is not None and hypothesis.attack == RANKING_ATTACK
+    main = battery.run(block_values(cells, RANKING_ATTACK, view_of(hypothesis)), hypothesis if own else None)
     if hypothesis is None or own:
         return main, main if own else None
     return main, battery.run(block_values(cells, hypothesis.attack, hypothesis.checkpoint), hypothesis)

@@ -35,6 +35,7 @@ from markupsafe import Markup
 from privauditor.orchestrator.report.battery import diagram
 from privauditor.orchestrator.report.blocks import fraction_text
 from privauditor.orchestrator.report.formats import markdown_table, tpr_text
+from privauditor.orchestrator.report.headline import view_of
 from privauditor.orchestrator.report.html import Link, privacy_utility_png, render
 from privauditor.orchestrator.report.leaderboard import write
 from privauditor.tasks.errors import PrivauditorError
@@ -181,14 +182,16 @@ def build(location: str | Path, out: str | Path, hypothesis: str | None = None) 
     now = summary(store, records, settings, found)
     spans = fractions(records)
     registration = registration_of(claim, sweep, records) if claim else None
-    ranked = section(found, block_values(cells), spans, claim, tested, registration, sweep)
+    ranked = section(
+        found, block_values(cells, view=view_of(claim)), spans, claim, tested, registration, sweep
+    )
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     write(tmp, cells)
     _tables(tmp, settings)
     if found is not None:
-        diagram(found, tmp / CD_PICTURE, diagram_title(found))
+        diagram(found, tmp / CD_PICTURE, diagram_title(found, view_of(claim)))
     pages = {
         "index.html": overview(settings, cells, now["counts"], ranked),
         "history.html": history_page(store, now),

@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from privauditor.orchestrator.report import ranking
 from privauditor.orchestrator.report.battery import ALPHA, Battery
+from privauditor.orchestrator.report.headline import auc_text, rank_text, view_of
 from privauditor.orchestrator.report.html import Link, render
 from privauditor.tasks.spec import slug
 
@@ -32,8 +33,10 @@ def _p(value: float) -> str:
     return f"{value:.2g}"
 
 
-def diagram_title(found: Battery) -> str:
-    return f"{RANKING_ATTACK} AUC, last checkpoint: mean rank over {len(found.blocks)} blocks (1 = leakiest)"
+def diagram_title(found: Battery, view: str = "last") -> str:
+    return (
+        f"{RANKING_ATTACK} AUC, {view} checkpoint: mean rank over {len(found.blocks)} blocks (1 = leakiest)"
+    )
 
 
 def section(
@@ -59,7 +62,8 @@ def section(
     return render(
         "board/techniques.html.j2",
         attack=RANKING_ATTACK,
-        ranking=None if found is None else _ranking(found, spans, len(values)),
+        view=view_of(hypothesis),
+        ranking=None if found is None else _ranking(found, spans, len(values), view_of(hypothesis)),
         coverage=coverage,
         blocks=blocks,
         partial=partial,
@@ -67,12 +71,10 @@ def section(
     )
 
 
-def _ranking(found: Battery, spans: dict[str, tuple[float, float]], blocks: int) -> dict[str, Any]:
+def _ranking(found: Battery, spans: dict[str, tuple[float, float]], blocks: int, view: str) -> dict[str, Any]:
     body = []
     for i, name in enumerate(found.names, 1):
-        low, high = found.rank_ci[name]
-        body.append([i, _link(name), fraction_of(spans, name), f"{found.mean_auc[name]:.3f}",
-                     f"{found.mean_rank[name]:.2f} [{low:.2f}, {high:.2f}]"])  # fmt: skip
+        body.append([i, _link(name), fraction_of(spans, name), auc_text(found, name), rank_text(found, name)])
     n = len(found.blocks)
     tests = f"{n} complete blocks of {blocks}. "
     if found.friedman:
@@ -85,7 +87,7 @@ def _ranking(found: Battery, spans: dict[str, tuple[float, float]], blocks: int)
     tests += (f"Wilcoxon signed-rank, Holm over all {len(found.pairs)} pairs: {len(pairs)} significant at "
               f"{ALPHA}{': ' + shown if shown else ''} (the smallest p {n} blocks allow is {found.smallest_p:.3g}). "
               f"Nemenyi CD {found.cd:.2f} ranks; bars join techniques no test separates.")  # fmt: skip
-    return {"body": body, "tests": tests, "title": diagram_title(found), "picture": CD_PICTURE}
+    return {"body": body, "tests": tests, "title": diagram_title(found, view), "picture": CD_PICTURE}
 
 
 def _hypothesis(hypothesis: Any, page: Battery | None, registration: Any, sweep: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from . import blocks as blk
 from . import ranking
 from .battery import ALPHA, Battery, diagram
 from .formats import markdown_table
+from .headline import auc_text, rank_text
 
 
 def _p(value: float) -> str:
@@ -39,8 +40,9 @@ def class_effects(out: Path, found: Battery, picked: dict, hypothesis: Any) -> l
             continue  # a class with no ranked technique: nothing to compare (the Page line says why)
         per_block, skipped = [], 0
         for block in found.blocks:
+            here = picked.get(block, {})
             seeds = [
-                s for s in picked[block][found.names[0]] if all(s in picked[block][n] for n in found.names)
+                s for s in here.get(found.names[0], {}) if all(s in here.get(n, {}) for n in found.names)
             ]
             runs = [
                 blk.contrast(
@@ -83,6 +85,7 @@ def answer(out: Path, found: Battery | None, context: dict[str, Any]) -> list[st
         f"Which techniques leak more under `{attack}`, at {where}: {n} complete (model, dataset) blocks, "
         f"{seeds} each, averaged within a block; {len(found.names)} techniques ranked (`none`, the un-adapted "
         "base, is a control: see Controls).",
+        *_several(context.get("several", {})),
         "",
         *_ranking_table(found, context),
         "",
@@ -113,16 +116,28 @@ def answer(out: Path, found: Battery | None, context: dict[str, Any]) -> list[st
     return lines
 
 
+def _several(several: dict[str, int]) -> list[str]:
+    """A line naming techniques run under several settings in a block (a sweep changed and rerun into the
+    same folder): ranked there on the mean of their settings, left out of the paired per-seed reads."""
+    if not several:
+        return []
+    named = ", ".join(f"`{n}` ({k} block{'s' if k > 1 else ''})" for n, k in several.items())
+    return [
+        "",
+        f"Run under more than one setting in a block: {named}; a technique's value there is the mean over "
+        "its settings, and the tests that pair techniques by seed leave it out of that block.",
+    ]
+
+
 def _ranking_table(found: Battery, context: dict[str, Any]) -> list[str]:
     hypothesis = context.get("hypothesis")
     classes = hypothesis.classes if hypothesis else None
     header = ["rank", "technique", *(["class"] if classes else []), "trainable", "mean AUC"]
     body = []
     for i, name in enumerate(found.names, 1):
-        low, high = found.rank_ci[name]
         cells = [str(i), name, *([classes.get(name, "-")] if classes else [])]
-        cells += [blk.fraction_text(context["fractions"].get(name)), f"{found.mean_auc[name]:.3f}"]
-        body.append([*cells, f"{found.mean_rank[name]:.1f} [{low:.1f}, {high:.1f}]"])
+        cells += [blk.fraction_text(context["fractions"].get(name)), auc_text(found, name)]
+        body.append([*cells, rank_text(found, name)])
     return markdown_table([*header, "mean rank [95 % CI over blocks]"], body).split("\n")
 
 

@@ -88,9 +88,10 @@ def run(values: dict[Any, dict[str, float]], hypothesis: Any = None, seed: int =
 def battery_of(
     rows: list[dict[str, Any]], attack: str, view: str, hypothesis: Any = None
 ) -> tuple[Battery | None, dict]:
-    """The battery of one (attack, view) and the rows it picked (block → technique → seed → row)."""
+    """The battery of one (attack, view) over :func:`.blocks.block_values`, and the rows it picked for the
+    reads that pair techniques by seed (block → technique → seed → row; :func:`.blocks.trajectories`)."""
     picked = blk.chosen(blk.trajectories(rows, attack), view)
-    return run(blk.values(picked), hypothesis), picked
+    return run(blk.block_values(rows, attack, view), hypothesis), picked
 
 
 def _partial(values: dict[Any, dict[str, float]], ranked: list[str]) -> dict[str, dict[str, Any]]:

@@ -28,16 +28,58 @@ VIEWS = ("last", "best")
 Block = tuple[str, str]
 
 
-def trajectories(rows: list[dict[str, Any]], attack: str) -> dict[Block, dict[str, dict[int, list[dict]]]]:
-    """block → technique → seed → the undefended rows of ``attack``, one per checkpoint, by step."""
-    found: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+def by_setting(rows: list[dict[str, Any]], attack: str) -> dict[Block, dict[str, dict[Any, dict[int, list]]]]:
+    """block → technique → setting → seed → the undefended rows of ``attack``, one per checkpoint, by step
+    (a trajectory is one cell's: a folder a changed sweep was rerun into holds a technique under two
+    settings, whose checkpoints never mix)."""
+    found: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
     for row in rows:
         if row["attack"] == attack and row["epoch"] is not None and row.get("defence", "none") == "none":
-            found[(row["model"], row["dataset"])][row["adaptation"]][row["seed"]].append(row)
+            block = (row["model"], row["dataset"])
+            found[block][row["adaptation"]][row.get("setting")][row["seed"]].append(row)
     for techniques in found.values():
-        for seeds in techniques.values():
-            for points in seeds.values():
-                points.sort(key=lambda r: r["step"])
+        for settings in techniques.values():
+            for seeds in settings.values():
+                for points in seeds.values():
+                    points.sort(key=lambda r: -1 if r["step"] is None else r["step"])
+    return found
+
+
+def trajectories(rows: list[dict[str, Any]], attack: str) -> dict[Block, dict[str, dict[int, list[dict]]]]:
+    """block → technique → seed → its trajectory (:func:`by_setting`), for the reads that pair techniques
+    by seed: a technique run under several settings in a block has no one trajectory per seed there and is
+    left out of them in that block (:func:`several` names it; :func:`block_values` still ranks it)."""
+    return {
+        block: {name: next(iter(settings.values())) for name, settings in ts.items() if len(settings) == 1}
+        for block, ts in by_setting(rows, attack).items()
+    }
+
+
+def several(rows: list[dict[str, Any]], attack: str) -> dict[str, int]:
+    """Technique → in how many blocks it was run under more than one setting."""
+    found: dict[str, int] = defaultdict(int)
+    for techniques in by_setting(rows, attack).values():
+        for name, settings in techniques.items():
+            found[name] += len(settings) > 1
+    return {name: n for name, n in sorted(found.items()) if n}
+
+
+def block_values(rows: list[dict[str, Any]], attack: str, view: str) -> dict[Block, dict[str, float]]:
+    """block → technique → the value the techniques are ranked on: the mean over its settings of the mean
+    over seeds of ``attack``'s AUC at the checkpoint ``view`` picks from each trajectory (``none`` and
+    blocks with nothing else left out). One definition for findings.md, leaderboard.html and the board."""
+    found: dict[Block, dict[str, float]] = {}
+    for block, techniques in sorted(by_setting(rows, attack).items()):
+        here = {}
+        for name, settings in techniques.items():
+            means = []
+            for seeds in settings.values():
+                aucs = [a for a in (pick(p, view)["auc"] for p in seeds.values()) if a is not None]
+                means += [float(np.mean(aucs))] if aucs else []
+            if name != CONTROL and means:
+                here[name] = float(np.mean(means))
+        if here:
+            found[block] = here
     return found
 
 

@@ -41,10 +41,11 @@ from .extraction import extraction_section
 from .findings_tables import defence_table, duplication_table, violations
 from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
+from .headline import ATTACK, view_of
 from .hypothesis import of_results
 from .matched import MARGIN, matched
 
-PRIMARY_ATTACK = "loss"
+PRIMARY_ATTACK = ATTACK  # the headline's (:mod:`.headline`)
 
 CAVEAT = (
     "These bases have about a million parameters and were pre-trained for minutes on a small corpus; a "
@@ -62,8 +63,9 @@ def findings(
     out = Path(out)
     hypothesis, registration = of_results(out, rows)
     own = hypothesis is not None and hypothesis.attack == attack
-    view = hypothesis.checkpoint if own else "last"
+    view = view_of(hypothesis, attack)
     found = blk.trajectories(rows, attack)
+    runs = blk.by_setting(rows, attack)
     main, picked = battery_of(rows, attack, view, hypothesis if own else None)
     page = (
         main
@@ -72,7 +74,10 @@ def findings(
             battery_of(rows, hypothesis.attack, hypothesis.checkpoint, hypothesis)[0] if hypothesis else None
         )
     )
-    seeds = [len({s for by in found[b].values() for s in by}) for b in (main.blocks if main else [])] or [0]
+    seeds = [
+        len({s for settings in runs[b].values() for by in settings.values() for s in by})
+        for b in (main.blocks if main else [])
+    ] or [0]
     context = {
         "attack": attack,
         "view": view,
@@ -82,6 +87,7 @@ def findings(
         "registration": registration,
         "page": page,
         "picked": picked,
+        "several": blk.several(rows, attack),
     }
     lines = ["# Findings", ""] + violations(rows) + answer(out, main, context)
     if other is not None:
@@ -107,7 +113,7 @@ def _strongest(rows: list[dict[str, Any]], view: str, main: Battery | None) -> l
     attacks = sorted({r["attack"] for r in rows if r["access"] != "model-free"})
     means: dict[Any, dict[str, tuple[float, str]]] = defaultdict(dict)
     for attack in attacks:
-        values = blk.values(blk.chosen(blk.trajectories(rows, attack), view))
+        values = blk.block_values(rows, attack, view)
         for block in main.blocks:
             row = {n: values.get(block, {}).get(n) for n in main.names}
             if all(v is not None for v in row.values()):

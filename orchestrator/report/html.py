@@ -68,7 +68,7 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .findings import PRIMARY_ATTACK
+    from .headline import ATTACK as PRIMARY_ATTACK
     from .plots import technique_style
     from .summary import final, technique
 
@@ -91,21 +91,20 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
-def headline(found: list[dict[str, Any]]) -> Markup:
-    """The findings' ranking (its attack at each cell's last checkpoint, over complete (model, dataset)
-    blocks, seeds averaged): the one headline number per technique, as findings.md and the board give it."""
+def headline(out: Path, found: list[dict[str, Any]]) -> Markup:
+    """The headline (:mod:`.headline`): findings.md's ranking, the same attack, checkpoint and blocks."""
     from .battery import battery_of
-    from .findings import PRIMARY_ATTACK
+    from .headline import ATTACK, auc_text, rank_text, view_of
+    from .hypothesis import of_sweep
 
-    ranked = battery_of(found, PRIMARY_ATTACK, "last")[0]
+    view = view_of(of_sweep(out)[0])
+    ranked = battery_of(found, ATTACK, view)[0]
     if ranked is None:
-        return render("headline.html.j2", attack=PRIMARY_ATTACK, body=None)
+        return render("headline.html.j2", attack=ATTACK, view=view, body=None)
     body = [
-        [i, name, f"{ranked.mean_auc[name]:.3f}",
-         f"{ranked.mean_rank[name]:.1f} [{ranked.rank_ci[name][0]:.1f}, {ranked.rank_ci[name][1]:.1f}]"]
-        for i, name in enumerate(ranked.names, 1)
-    ]  # fmt: skip
-    return render("headline.html.j2", attack=PRIMARY_ATTACK, body=body, blocks=len(ranked.blocks))
+        [i, name, auc_text(ranked, name), rank_text(ranked, name)] for i, name in enumerate(ranked.names, 1)
+    ]
+    return render("headline.html.j2", attack=ATTACK, view=view, body=body, blocks=len(ranked.blocks))
 
 
 def _address(out: Path, path: Path) -> str:
@@ -121,9 +120,28 @@ def _beside(out: Path, path: Path, data: bytes) -> str:
     return _address(out, path)
 
 
+#: the columns of leaderboard.html's table of every (cell, checkpoint, attack) row
+ROWS_HEADER = ["model", "technique", "dataset", "seed", "epoch", "best", "attack", "access", "AUC", "CI low",
+               "CI high", "TPR@1%FPR [95% CI]", "TPR at 0 FP of N", "val NLL", "trainable"]  # fmt: skip
+#: the columns a reader filters that table by
+ROW_FILTERS = ["model", "technique", "dataset", "attack", "access"]
+
+
+def packed(rows: list[list[Any]]) -> str:
+    """Rows as the page embeds them: compact JSON, gzip (no timestamp: the same rows give the same bytes),
+    base64. The page's script inflates them with the browser's ``DecompressionStream`` and shows them a page
+    at a time: a page opened from ``file://`` cannot fetch a file beside it, and the default run's 5,000 rows
+    as HTML would be most of the page's weight."""
+    import gzip
+    import json
+
+    data = json.dumps(rows, separators=(",", ":"), allow_nan=False).encode()
+    return base64.b64encode(gzip.compress(data, mtime=0)).decode()
+
+
 def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     from .formats import fraction_text, tpr_text
-    from .summary import SUMMARY_HEADER, final, summary
+    from .summary import SUMMARY_HEADER, final, summary, technique
 
     audits = bool(found) and all(r["cell_id"].startswith("audit__") for r in found)
     out = Path(out)
@@ -131,7 +149,7 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     context: dict[str, Any] = {}
     if found:
         context = {
-            "headline": "" if audits else headline(found),  # audits are not ranked
+            "headline": "" if audits else headline(out, found),  # audits are not ranked
             "summary_header": SUMMARY_HEADER,
             "by_adaptation": summary(found, "adaptation"),
             "by_attack": summary(found, "attack"),
@@ -140,15 +158,15 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
             "diagrams": [(p.stem, _address(out, p)) for p in sorted(plots.glob("cd_*.png"))],
             "curves": [(p.stem, _address(out, p)) for p in sorted((plots / "privacy_utility").glob("*.png"))],
         }
-    last = [
+    last = {(r["cell_id"], r["epoch"]) for r in final(found)}
+    every = [
         [
-            r["model"], r["adaptation"], r["dataset"], r["seed"], r["epoch"], r["best"],
-            r["attack"], r.get("access", "?"), f"{r['auc']:.3f}",
-            f"{r['auc_ci_low']:.3f}", f"{r['auc_ci_high']:.3f}",
-            tpr_text(r, "tpr_at_1pct_fpr"), tpr_text(r, "tpr_at_0fp"),
+            (r["cell_id"], r["epoch"]) in last, r["model"], technique(r), r["dataset"], r["seed"], r["epoch"],
+            r["best"], r["attack"], r.get("access", "?"), f"{r['auc']:.3f}", f"{r['auc_ci_low']:.3f}",
+            f"{r['auc_ci_high']:.3f}", tpr_text(r, "tpr_at_1pct_fpr"), tpr_text(r, "tpr_at_0fp"),
             f"{r['utility_loss']:.3f}", f"{r['trainable_params']} ({fraction_text(r.get('trainable_fraction'))})",
         ]
-        for r in sorted(final(found), key=lambda r: -r["auc"])
+        for r in sorted(found, key=lambda r: -r["auc"])
     ]  # fmt: skip
     ranked = sorted({r["cell_id"]: r["auc"] for r in found}.items(), key=lambda kv: -kv[1])
     images = [(cid, plots / f"{cid}.png") for cid, _ in ranked[:MAX_ROC_IMAGES]]
@@ -158,7 +176,9 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
             title="privauditor audits" if audits else "privauditor leaderboard",
             cells=len({r["cell_id"] for r in found}),
             rows=found,
-            last=last,
+            header=ROWS_HEADER,
+            filters=ROW_FILTERS,
+            packed=packed(every),
             roc=[(cid, _address(out, p)) for cid, p in images if p.exists()],
             **context,
         )
