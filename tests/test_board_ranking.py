@@ -193,3 +193,33 @@ def test_the_site_is_byte_identical_across_builds(tmp_path):
     assert "cd.png" in snapshot(tmp_path / "one")
     index = (tmp_path / "one" / "index.html").read_text()
     assert "Friedman χ²(2)" in index and "Page's L = " in index and "<b>exploratory</b>" in index
+
+
+def test_a_hypothesis_at_the_best_checkpoint_ranks_the_board_there(tmp_path):
+    """The board's headline reads the checkpoint findings.md would: the build's hypothesis's (`best`, the
+    lowest validation NLL) where it names the ranking attack, else each setting's last."""
+    found = []
+    for i in range(2):  # per block: full's best checkpoint (step 10) at 0.9, its last (step 20) at 0.6
+        found += block("r", f"m{i}", {"lora": 0.7})
+        found += [record("r", f"m{i}", "full", 0.9, step=10, best=True)]
+        found += [record("r", f"m{i}", "full", 0.6, step=20, best=False)]
+    store = store_of(tmp_path / "store", found)
+    sweep = tmp_path / "best.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "best", "hypothesis": {
+        "checkpoint": "best", "classes": {"lora": "adapters", "full": "full"}, "order": ["adapters", "full"],
+        "formed_on": {"seeds": [0]}}}))  # fmt: skip
+
+    def ranking(*extra: str) -> tuple[list[tuple[str, str]], str]:
+        site = tmp_path / f"site{len(extra)}"
+        assert main(["board", "build", str(store), "--out", str(site), *extra]) == 0
+        index = Page()
+        index.feed((site / "index.html").read_text())
+        table = next(t for t in index.tables if t and t[0][:2] == ["rank", "technique"])
+        return [(r[1], r[3]) for r in table[1:]], (site / "index.html").read_text()
+
+    last, page = ranking()
+    assert last == [("lora", "0.700"), ("full", "0.600")] and "each setting's last checkpoint" in page
+    best, page = ranking("--hypothesis", str(sweep))
+    assert (
+        best == [("full", "0.900"), ("lora", "0.700")] and "each setting's best-validation checkpoint" in page
+    )

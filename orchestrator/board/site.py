@@ -179,7 +179,8 @@ def build(location: str | Path, out: str | Path, hypothesis: str | None = None) 
     cells = cell_rows(records)
     settings = setting_rows(cells)
     found, tested = rank(cells, claim)
-    now = summary(store, records, settings, found)
+    # the history compares releases, which rank at the last checkpoint: the unreleased state does too
+    now = summary(store, records, settings, found if view_of(claim) == "last" else rank(cells)[0])
     spans = fractions(records)
     registration = registration_of(claim, sweep, records) if claim else None
     ranked = section(
