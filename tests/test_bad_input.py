@@ -55,7 +55,7 @@ def prices(old, new):
     """The shipped price table with ``old`` replaced by ``new`` (once)."""
 
     def written(tmp):
-        from privauditor.orchestrator.plan.plan import PRICES
+        from privauditor.orchestrator.plan.inputs import PRICES
 
         text = PRICES.read_text()
         assert old in text, old  # the case still edits what the shipped table says

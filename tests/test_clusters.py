@@ -36,7 +36,7 @@ def test_cluster_yaml_passes_rays_validation(path):
         gpu = [t for t in types.values() if t["resources"].get("GPU")]
         assert "GPU" not in head["resources"] and gpu
         assert all(t["min_workers"] == 0 < t["max_workers"] for t in gpu)  # autoscaled from zero
-        from privauditor.orchestrator.plan.plan import load_prices, read_cluster
+        from privauditor.orchestrator.plan.inputs import load_prices, read_cluster
 
         priced = read_cluster(path, load_prices(), None)  # every instance type has a price and a device
         assert {n.name for n in priced} == set(types) and all(n.usd_per_hour > 0 for n in priced)

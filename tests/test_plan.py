@@ -13,7 +13,8 @@ import yaml
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.plan.calibrate import calibrate, compare, finished_cells, observations
 from privauditor.orchestrator.plan.costs import train_flops
-from privauditor.orchestrator.plan.plan import load_prices, plan_cells, read_cluster, seconds, tokens_for
+from privauditor.orchestrator.plan.inputs import load_prices, read_cluster
+from privauditor.orchestrator.plan.plan import plan_cells, seconds, tokens_for
 from privauditor.orchestrator.plan.shapes import registered, shape_of
 from privauditor.orchestrator.plan.work import SHARED, UNITS, cell_work
 from privauditor.orchestrator.run.sweep import load_sweep

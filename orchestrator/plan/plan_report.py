@@ -10,7 +10,8 @@ from collections import Counter
 from privauditor.tasks.errors import PrivauditorError
 
 from .. import tables
-from .plan import GIB, Planned, load_prices, plan_cells, read_cluster, tokens_for, totals, within_budget
+from .inputs import GIB, load_prices, read_cluster
+from .plan import Planned, plan_cells, tokens_for, totals, within_budget
 
 TERA = 1e12
 
@@ -70,7 +71,7 @@ def _report(args: argparse.Namespace) -> str:
         lines.append(_budget_line(planned, budget))
     if args.compare:
         if rates is None:
-            from .plan import device_rates
+            from .inputs import device_rates
 
             rates = device_rates(prices, "cpu")
         found = compare(args.compare, rates, shape_of, tokens_of, "--compare")

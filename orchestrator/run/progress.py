@@ -84,7 +84,8 @@ def weights(sweep: Any, specs: dict[str, Any]) -> dict[str, float] | None:
     table's CPU rates, token counts bounded by max_length), None when the planner cannot price them."""
     import dataclasses
 
-    from ..plan.plan import load_prices, plan_cells, read_cluster, tokens_for
+    from ..plan.inputs import load_prices, read_cluster
+    from ..plan.plan import plan_cells, tokens_for
 
     try:
         pending = dataclasses.replace(sweep, cells=tuple(c for c in sweep.cells if _id(c) in specs))
