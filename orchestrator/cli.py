@@ -132,12 +132,7 @@ def _report(args: argparse.Namespace) -> int:
     from .run.runner import leaderboard, write_findings
     from .run.storage import Results
 
-    try:
-        results = Results.at(args.dir)
-    except (ValueError, OSError) as exc:  # a URI pyarrow cannot open (its ArrowInvalid is a ValueError)
-        from privauditor.tasks.errors import one_line
-
-        raise PrivauditorError(f"cannot open results {args.dir}: {one_line(exc)}") from None
+    results = Results.at(args.dir)
     if not results.remote and not (results.local / "cells").is_dir():
         raise PrivauditorError(f"{args.dir} is not a results folder (no cells/ inside)")
     if results.fetch("privauditor.json"):  # a folder of another results format is refused, not read

@@ -114,14 +114,6 @@ def add(results: str | Path, location: str | Path, supersedes: list[str] | None 
     """Add a results folder's records to the store; returns (written, already there). All or nothing:
     a bad record or a conflict refuses the whole folder before anything is written."""
     mapping = _supersedes(Store(location), supersedes) if supersedes else {}
-    if "://" in str(results):  # an object-store URI pyarrow cannot open is a one-line error
-        from privauditor.orchestrator.run.storage import Results
-        from privauditor.tasks.errors import one_line
-
-        try:
-            Results.at(results)
-        except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-            raise PrivauditorError(f"cannot open results {results}: {one_line(exc)}") from None
     records = from_results(results, mapping)
     if not records:
         raise PrivauditorError(f"{results} has no finished cells to add")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.cache import cache_root, stable_hash
+from privauditor.tasks.errors import PrivauditorError, one_line
 from privauditor.tasks.files import atomic_write
 
 #: what a leaderboard needs of each finished cell
@@ -47,7 +48,10 @@ class Results:
             return cls(str(local), local)
         from pyarrow import fs as pafs
 
-        filesystem, root = pafs.FileSystem.from_uri(str(out))
+        try:
+            filesystem, root = pafs.FileSystem.from_uri(str(out))
+        except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise PrivauditorError(f"cannot open results {out}: {one_line(exc)}") from None
         stage = cache_root() / "stage" / stable_hash(str(out), 16)
         return cls(str(out), stage, filesystem, root.rstrip("/"))
 
