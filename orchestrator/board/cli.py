@@ -30,25 +30,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from privauditor.tasks.errors import PrivauditorError
-
     from .site import build
-    from .store import Store
 
-    if args.hypothesis:  # malformed YAML is a one-line error before anything is read or written
-        from privauditor.orchestrator.run.sweep import find_sweep
-        from privauditor.tasks.settings import read_yaml
-
-        read_yaml(find_sweep(args.hypothesis))
-    local = Store(args.store).local
-    out = Path(args.out).resolve()
-    for part in ("records", "releases"):
-        if local is not None and (out == local / part or local / part in out.parents):
-            raise PrivauditorError(
-                f"--out {args.out} is inside the store's {part}/: choose a folder outside them"
-            )
     now = build(args.store, args.out, args.hypothesis)
     counts = now["counts"]
     print(f"board: {counts['records']} records from {counts['runs']} runs, {counts['settings']} settings, "

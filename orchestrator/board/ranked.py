@@ -125,10 +125,10 @@ def load_hypothesis(sweep: str) -> tuple[Any, str]:
     from privauditor.orchestrator.report.hypothesis import parse
     from privauditor.orchestrator.run.sweep import find_sweep
     from privauditor.tasks.errors import PrivauditorError
-    from privauditor.tasks.settings import load_yaml
+    from privauditor.tasks.settings import read_yaml
 
     path = find_sweep(sweep)
-    data = load_yaml(path.read_text())
+    data = read_yaml(path)  # malformed YAML: a one-line error naming the file and line
     if not isinstance(data, dict) or not data.get("hypothesis"):
         raise PrivauditorError(f"--hypothesis {sweep}: {path} has no hypothesis block")
     return parse(data["hypothesis"]), str(data.get("name") or path.stem)

@@ -173,6 +173,9 @@ def build(location: str | Path, out: str | Path, hypothesis: str | None = None) 
     if not records:
         raise PrivauditorError(f"store {store.uri} holds no records: board add a results folder first")
     out = Path(out).resolve()
+    for part in ("records", "releases"):
+        if store.local is not None and (out == store.local / part or store.local / part in out.parents):
+            raise PrivauditorError(f"--out {out} is inside the store's {part}/: choose a folder outside them")
     if out.exists() and not (out / MARKER).is_file():
         raise PrivauditorError(f"--out {out} exists and is not an earlier board site: not overwriting it")
     claim, sweep = load_hypothesis(hypothesis) if hypothesis else (None, "")
