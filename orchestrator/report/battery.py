@@ -1,9 +1,10 @@
 """The tests over blocks that ``findings.md`` and the board run on one view of the results.
 
-Given block → technique → AUC (:func:`privauditor.orchestrator.report.blocks.values`), :func:`run` ranks the
-techniques present in **every** block (the complete-block rule: a technique is ranked only where every
-ranked technique is measured; the others are *partial*, each compared within the blocks it shares), and
-over those blocks computes, with :mod:`privauditor.orchestrator.report.ranking`:
+Given block → technique → AUC (:func:`privauditor.orchestrator.report.blocks.block_values`, the
+headline's), :func:`run` ranks the techniques present in **every** block (the complete-block rule: a
+technique is ranked only where every ranked technique is measured; the others are *partial*, each
+compared within the blocks it shares), and over those blocks computes, with
+:mod:`privauditor.orchestrator.report.ranking`:
 
 - mean AUC and mean rank per technique (1 = leakiest), with a bootstrap interval over blocks;
 - Friedman's test, pairwise Wilcoxon signed-rank tests with Holm over every pair, Nemenyi's critical
