@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from .exports import checkpoint, dataset_of, replicas, values
+from .formats import markdown_table
 from .summary import technique
 
 HEADING = "## Privacy audit (privauditor)"
@@ -31,8 +32,7 @@ def section(rows: list[dict[str, Any]], v: str, index: str) -> str:
     """The Markdown section of one cell's last-checkpoint rows (by attack); ``index``: its ``model-index``
     block as YAML text."""
     header = ["attack", "access", "AUC [95% CI]", *(name for name, _ in TPR_HEADERS)]
-    lines = [HEADING, "", measured(rows, v), "", _row(header), _row(["---"] * len(header))]
-    lines += [_row(cells(row)) for row in rows]
+    lines = [HEADING, "", measured(rows, v), "", markdown_table(header, [cells(row) for row in rows])]
     lines += ["", READING, "", "To show these results on the model page, merge this block into the YAML "
               "front matter at the top of the model card (beside any `model-index` already there):", "",
               "```yaml", index.rstrip("\n"), "```", ""]  # fmt: skip
@@ -76,7 +76,3 @@ def cells(row: dict[str, Any]) -> list[str]:
 
 def _text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
