@@ -24,8 +24,6 @@ place; a folder that is not an earlier site is refused.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -39,6 +37,7 @@ from privauditor.orchestrator.report.headline import view_of
 from privauditor.orchestrator.report.html import Link, privacy_utility_png, render
 from privauditor.orchestrator.report.leaderboard import write
 from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.files import replace_folder
 from privauditor.tasks.spec import slug
 
 from ..report.row_schema import arrow_schema, setting_columns
@@ -189,39 +188,37 @@ def build(location: str | Path, out: str | Path, hypothesis: str | None = None) 
     ranked = section(
         found, block_values(cells, view=view_of(claim)), spans, claim, tested, registration, sweep
     )
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    write(tmp, cells)
-    _tables(tmp, settings)
-    if found is not None:
-        diagram(found, tmp / CD_PICTURE, diagram_title(found, view_of(claim)))
-    pages = {
-        "index.html": overview(settings, cells, now["counts"], ranked),
-        "history.html": history_page(store, now),
-    }
-    for column, folder in (("model", "models"), ("technique", "techniques")):
-        for value in sorted({r[column] for r in settings}):
-            rows = [r for r in settings if r[column] == value]
-            chosen = [c for c in cells if c["setting"] in {r["setting"] for r in rows}]
-            pages[f"{folder}/{slug(value)}.html"] = grouped_page(
-                f"{column} {value}", rows, column, chosen, spans
-            )
-    by_cell = defaultdict(list)
-    for r in records:
-        by_cell[r["cell_id"]].append(r)
-    for cell_id, kept in by_cell.items():
-        agree = all(c["replicas_agree"] for c in cells if c["cell_id"] == cell_id)
-        pages[f"cells/{cell_id}.html"] = cell_page(cell_id, kept, agree)
-    for name, text in pages.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_text(text)
-    (tmp / MARKER).write_text(
-        json.dumps({"store": store.uri, "counts": now["counts"]}, indent=1, sort_keys=True) + "\n"
-    )
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+
+    def write_site(tmp: Path) -> None:  # built beside `out`, then renamed into its place
+        write(tmp, cells)
+        _tables(tmp, settings)
+        if found is not None:
+            diagram(found, tmp / CD_PICTURE, diagram_title(found, view_of(claim)))
+        pages = {
+            "index.html": overview(settings, cells, now["counts"], ranked),
+            "history.html": history_page(store, now),
+        }
+        for column, folder in (("model", "models"), ("technique", "techniques")):
+            for value in sorted({r[column] for r in settings}):
+                rows = [r for r in settings if r[column] == value]
+                chosen = [c for c in cells if c["setting"] in {r["setting"] for r in rows}]
+                pages[f"{folder}/{slug(value)}.html"] = grouped_page(
+                    f"{column} {value}", rows, column, chosen, spans
+                )
+        by_cell = defaultdict(list)
+        for r in records:
+            by_cell[r["cell_id"]].append(r)
+        for cell_id, kept in by_cell.items():
+            agree = all(c["replicas_agree"] for c in cells if c["cell_id"] == cell_id)
+            pages[f"cells/{cell_id}.html"] = cell_page(cell_id, kept, agree)
+        for name, text in pages.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(text)
+        (tmp / MARKER).write_text(
+            json.dumps({"store": store.uri, "counts": now["counts"]}, indent=1, sort_keys=True) + "\n"
+        )
+
+    replace_folder(out, write_site)
     return now
 
 
