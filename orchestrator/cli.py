@@ -136,16 +136,16 @@ def _report(args: argparse.Namespace) -> int:
     if not results.remote and not (results.local / "cells").is_dir():
         raise PrivauditorError(f"{args.dir} is not a results folder (no cells/ inside)")
     if results.fetch("privauditor.json"):  # a folder of another results format is refused, not read
-        from privauditor.tasks.results import check_results_dir
+        from privauditor.tasks.results import check_results_format
 
-        check_results_dir(results.local)
+        check_results_format(results.local)
     results.pull_summaries()
     _check_attack(args.attack, results.local, args.dir)
     other = None
     if args.against:  # read, never written
         from pathlib import Path
 
-        from privauditor.tasks.results import check_results_dir
+        from privauditor.tasks.results import check_results_format
 
         from .report.leaderboard import rows
 
@@ -155,8 +155,7 @@ def _report(args: argparse.Namespace) -> int:
             raise PrivauditorError(
                 f"--against {args.against} is the results folder itself: give another to compare with"
             )
-        if (Path(args.against) / "privauditor.json").exists():
-            check_results_dir(Path(args.against))
+        check_results_format(Path(args.against))
         other = (Path(args.against).resolve().name, rows(Path(args.against)))
     found = leaderboard(results)
     print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))

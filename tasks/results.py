@@ -121,15 +121,29 @@ class CellFolder:
         write_json(self.path / "DONE", {"cell_id": self.cell_id, "finished": finished})
 
 
+def _results_format(marker: Path) -> Any:
+    try:
+        return json.loads(marker.read_text()).get("results_format")
+    except (json.JSONDecodeError, AttributeError):
+        return "unreadable"
+
+
+def check_results_format(folder: Path) -> None:
+    """Refuse a folder whose ``privauditor.json`` names another results format (read, never written: a
+    folder without one is left as it is)."""
+    marker = folder / "privauditor.json"
+    if marker.exists() and (found := _results_format(marker)) != RESULTS_FORMAT:
+        raise PrivauditorError(
+            f"{folder} holds results format {found!r}, this privauditor reads {RESULTS_FORMAT}: "
+            "read it with the privauditor that wrote it"
+        )
+
+
 def check_results_dir(out: Path) -> None:
     """Create ``out/privauditor.json`` or check it: a folder of another results format is refused."""
     marker = out / "privauditor.json"
     if marker.exists():
-        try:
-            found = json.loads(marker.read_text()).get("results_format")
-        except (json.JSONDecodeError, AttributeError):
-            found = "unreadable"
-        if found != RESULTS_FORMAT:
+        if (found := _results_format(marker)) != RESULTS_FORMAT:
             raise PrivauditorError(
                 f"{out} holds results format {found!r}, this privauditor writes {RESULTS_FORMAT}: "
                 "use another --out folder"

@@ -38,15 +38,14 @@ class Finished:
 def finished_cells(results: str | Path, option: str = "") -> list[Finished]:
     """The finished cells of a results folder, with their timings and their best checkpoints (``option``:
     the command-line option that named the folder, for errors)."""
-    from privauditor.tasks.results import check_results_dir
+    from privauditor.tasks.results import check_results_format
     from privauditor.tasks.spec import CellSpec
 
     named = f"{option} {results}".strip()
     if not Path(results).is_dir():
         why = "a file" if Path(results).exists() else "no such folder"
         raise PrivauditorError(f"{named} is not a results folder ({why})")
-    if (Path(results) / "privauditor.json").exists():  # read, never written: no marker is made
-        check_results_dir(Path(results))
+    check_results_format(Path(results))  # read, never written: no marker is made
     cells, order = [], []
     for done in sorted(Path(results).glob("cells/*/DONE")):
         record = json.loads((done.parent / "cell.json").read_text())

@@ -38,10 +38,9 @@ def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[d
     results, to = Path(results).resolve(), Path(to).resolve()
     if not (results / "cells").is_dir():
         raise PrivauditorError(f"{results} is not a results folder (no cells/ inside)")
-    if (results / "privauditor.json").exists():  # a folder of another results format is refused, not read
-        from privauditor.tasks.results import check_results_dir
+    from privauditor.tasks.results import check_results_format
 
-        check_results_dir(results)
+    check_results_format(results)  # a folder of another results format is refused, not read
     if to == results or to in results.parents:
         raise PrivauditorError(f"--to {to} would replace the results folder itself: choose another folder")
     if to.exists() and not (to / MARKER).is_file():
