@@ -432,12 +432,15 @@ def test_a_bad_option_is_one_line_exit_2_and_results_and_store_untouched(case, a
                                                                          store, capsys):  # fmt: skip
     before = fingerprint(finished_once), fingerprint(store)
     args = argv(tmp_path, str(finished_once), str(store))  # may set up a file or a store copy first
+    old = tmp_path / "old"  # a folder of another results format, refused and never written
+    before_old = fingerprint(old) if old.exists() else None
     capsys.readouterr()
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("privauditor: error: "), err
     assert fragment in err and "Traceback" not in err, err
     assert (fingerprint(finished_once), fingerprint(store)) == before
+    assert (fingerprint(old) if old.exists() else None) == before_old
 
 
 @pytest.mark.parametrize("case, argv, fragment", ARGPARSE_CASES, ids=[c[0] for c in ARGPARSE_CASES])

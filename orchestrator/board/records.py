@@ -136,8 +136,9 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     results = Results.at(location)
     if not results.remote and not (results.local / "cells").is_dir():
         raise PrivauditorError(f"{location} is not a results folder (no cells/ inside)")
+    if results.fetch("privauditor.json"):  # refused before run_id gives it a run id
+        check_results_format(results.local)
     run = run_id(results)
-    check_results_format(results.local)
     results.pull_summaries()
     by_cell: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for row in rows(results.local):
