@@ -250,7 +250,9 @@ def _matchable(name: str, where: str, partial: dict[str, Any], axes: dict[str, l
         for entry in value if isinstance(value, list) else [value]:
             if not (type(entry) is int if key == "seed" else isinstance(entry, str)):  # True is not seed 1
                 kind = "a seed (an integer)" if key == "seed" else "a name"
-                raise PrivauditorError(f"{name}: {where}.{key} must be {kind}, not {entry!r}{yaml_hint(entry)}")
+                raise PrivauditorError(
+                    f"{name}: {where}.{key} must be {kind}, not {entry!r}{yaml_hint(entry)}"
+                )
             if entry not in axes[key]:
                 lacks = "seeds lack" if key == "seed" else f"matrix.{key} lacks"
                 hint = closest(str(entry), [str(a) for a in axes[key]]) if isinstance(entry, str) else None
