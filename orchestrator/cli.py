@@ -135,10 +135,7 @@ def _report(args: argparse.Namespace) -> int:
     results = Results.at(args.dir)
     if not results.remote and not (results.local / "cells").is_dir():
         raise PrivauditorError(f"{args.dir} is not a results folder (no cells/ inside)")
-    if results.fetch("privauditor.json"):  # a folder of another results format is refused, not read
-        from privauditor.tasks.results import check_results_format
-
-        check_results_format(results.local)
+    results.check_readable()  # a folder of another results format is refused, not read
     results.pull_summaries()
     _check_attack(args.attack, results.local, args.dir)
     other = None

@@ -131,13 +131,11 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     ``supersedes`` maps (model, technique, dataset, seed, step) to the key of a record these replace."""
     from privauditor.orchestrator.report.leaderboard import rows
     from privauditor.orchestrator.run.storage import Results
-    from privauditor.tasks.results import check_results_format
 
     results = Results.at(location)
     if not results.remote and not (results.local / "cells").is_dir():
         raise PrivauditorError(f"{location} is not a results folder (no cells/ inside)")
-    if results.fetch("privauditor.json"):  # refused before run_id gives it a run id
-        check_results_format(results.local)
+    results.check_readable()  # before run_id gives an older folder a run id
     run = run_id(results)
     results.pull_summaries()
     by_cell: dict[tuple[str, Any], list[dict[str, Any]]] = {}

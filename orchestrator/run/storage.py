@@ -130,6 +130,14 @@ class Results:
         for name in LEADERBOARD_FILES:
             self.upload(name)
 
+    def check_readable(self) -> None:
+        """A one-line error when the folder's ``privauditor.json`` names another results format (read,
+        never written: a folder without one is left as it is)."""
+        from privauditor.tasks.results import check_results_format
+
+        if self.fetch("privauditor.json"):
+            check_results_format(self.local)
+
     def fetch(self, relative: str) -> bool:
         """Copy one file from the filesystem into the stage if it is there; whether it was."""
         if not self.remote:
