@@ -193,6 +193,8 @@ def _name(annotation: Any) -> str:
         return "a number"
     if typing.get_origin(annotation) in (tuple, list):
         return "a list"
+    if typing.get_origin(annotation) is Literal:
+        return " or ".join(map(str, typing.get_args(annotation)))
     if typing.get_origin(annotation) is dict or dataclasses.is_dataclass(annotation):
         return "a mapping"
     return getattr(annotation, "__name__", str(annotation))

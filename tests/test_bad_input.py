@@ -206,6 +206,8 @@ YAML_CASES = [
     ("hypothesis class read as a boolean", validate(TWO + "hypothesis: {classes: {none: no, lora: yes}, order: [no, yes]}\n"),
      "hypothesis.classes.none must be str, not False"),
     ("run a string", validate(MATRIX + "run: fast\n"), "run must be a mapping, not 'fast'"),
+    ("run.gpus_per_trial read as a boolean", validate(MATRIX + "run: {gpus_per_trial: yes}\n"),
+     "run.gpus_per_trial must be a number or auto or null, not True"),
     ("run.cpus_per_trial zero", validate(MATRIX + "run: {cpus_per_trial: 0}\n"), "run.cpus_per_trial must be a number > 0 or null"),
     ("run.max_concurrent_trials zero", validate(MATRIX + "run: {max_concurrent_trials: 0}\n"), "run.max_concurrent_trials must be at least 1"),
     ("tracking.wandb read as a boolean", validate(MATRIX + "tracking: {wandb: off}\n"), "tracking.wandb must be a mapping, not False"),

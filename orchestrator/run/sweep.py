@@ -25,7 +25,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import privauditor.sweeps as sweeps_package
 from privauditor.tasks.config import CellConfig, cell_config
@@ -51,7 +51,8 @@ class RunSettings:
     max_concurrent_trials: int | None = None  # None: as many as the CPUs / GPUs allow
     max_failures: int = 2  # retries per cell (Ray Tune FailureConfig)
     cpus_per_trial: float | None = None  # None: the model spec's (1 for the tiny bases)
-    gpus_per_trial: float | str | None = "auto"  # auto: the model spec's (at least 1) if the cluster has GPUs
+    # auto: the model spec's (at least 1) if the cluster has GPUs
+    gpus_per_trial: float | Literal["auto"] | None = "auto"
     storage_path: str | None = None  # shared storage for Ray's trial state (default: OUT/ray)
     cell_timeout_s: float | None = None  # a cell past this stops (no DONE) and counts as a failure
 
