@@ -133,9 +133,7 @@ def _report(args: argparse.Namespace) -> int:
     from .run.storage import Results
 
     results = Results.at(args.dir)
-    if not results.remote and not (results.local / "cells").is_dir():
-        raise PrivauditorError(f"{args.dir} is not a results folder (no cells/ inside)")
-    results.check_readable()  # a folder of another results format is refused, not read
+    results.check_readable()  # not a results folder, or one of another results format: refused, not read
     results.pull_summaries()
     _check_attack(args.attack, results.local, args.dir)
     other = None

@@ -133,8 +133,6 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     from privauditor.orchestrator.run.storage import Results
 
     results = Results.at(location)
-    if not results.remote and not (results.local / "cells").is_dir():
-        raise PrivauditorError(f"{location} is not a results folder (no cells/ inside)")
     results.check_readable()  # before run_id gives an older folder a run id
     run = run_id(results)
     results.pull_summaries()

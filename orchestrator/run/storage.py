@@ -131,10 +131,12 @@ class Results:
             self.upload(name)
 
     def check_readable(self) -> None:
-        """A one-line error when the folder's ``privauditor.json`` names another results format (read,
-        never written: a folder without one is left as it is)."""
+        """A one-line error unless this is a results folder (a local one has ``cells/``) of this results
+        format; its ``privauditor.json`` is read, never written (a folder without one is left as it is)."""
         from privauditor.tasks.results import check_results_format
 
+        if not self.remote and not (self.local / "cells").is_dir():
+            raise PrivauditorError(f"{self.uri} is not a results folder (no cells/ inside)")
         if self.fetch("privauditor.json"):
             check_results_format(self.local)
 
