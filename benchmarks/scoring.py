@@ -26,7 +26,7 @@ targets scored after their prompts), it times, side by side in one run:
   adds none;
 - ``store_v2_vs_v1``: ``score_examples`` writing the signal store's format 2 (also the top-1 log p, the
   token's rank and the top-k log-sum-exp) against format 1 (logp, mu, sigma), each the median of three
-  alternated runs on all the texts;
+  runs on all the texts, alternated in a counterbalanced order (1 2, 2 1, 1 2);
 - ``naive`` (a secondary figure): per text and per attack one forward pass keeping the full-vocabulary
   log-softmax (the reference attack also runs the reference model per text), written as MIMIR's
   ``get_probabilities`` is (labels passed to the model, each target's log-prob read with ``.item()``);
@@ -265,10 +265,12 @@ def against_mimir(model, reference, tokenizer, examples, max_length, batch_size,
 
 def store_formats(model, tokenizer, examples, max_length, batch_size, runs=3):
     """Seconds of ``score_examples`` writing the signal store's format 1 (logp, mu, sigma) and format 2 (also
-    top1_logp, rank, topk_lse), alternated ``runs`` times; the median of each."""
+    top1_logp, rank, topk_lse), alternated ``runs`` times in a counterbalanced order (1, 2, then 2, 1,
+    ...: neither format always runs second, on a machine that is warmer or busier by then); the median of
+    each."""
     times = {False: [], True: []}
-    for _ in range(runs):
-        for extended in (False, True):
+    for run in range(runs):
+        for extended in (False, True) if run % 2 == 0 else (True, False):
             times[extended].append(timed(lambda e=extended: score_examples(
                 model, tokenizer, examples, max_length, False, batch_size, extended=e
             ))[1])  # fmt: skip

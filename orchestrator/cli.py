@@ -15,11 +15,15 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from privauditor.tasks.errors import PrivauditorError
 
 from . import tables
 from .cli_help import Version, attach_examples, shipped_sweeps
+
+if TYPE_CHECKING:
+    from .run.storage import Results
 
 LISTABLE = ("models", "datasets", "adaptations", "attacks", "defences", "sweeps")
 
@@ -128,6 +132,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from .report.leaderboard import rows
     from .report.summary import SUMMARY_HEADER, summary
     from .run.runner import leaderboard, write_findings
     from .run.storage import Results
@@ -135,24 +140,10 @@ def _report(args: argparse.Namespace) -> int:
     results = Results.at(args.dir)
     results.check_readable()  # not a results folder, or one of another results format: refused, not read
     results.pull_summaries()
-    _check_attack(args.attack, results.local, args.dir)
-    other = None
-    if args.against:  # read, never written
-        from pathlib import Path
-
-        from privauditor.tasks.results import check_results_format
-
-        from .report.leaderboard import rows
-
-        if not (Path(args.against) / "cells").is_dir():
-            raise PrivauditorError(f"--against {args.against} is not a results folder (no cells/ inside)")
-        if not results.remote and Path(args.against).resolve() == results.local.resolve():
-            raise PrivauditorError(
-                f"--against {args.against} is the results folder itself: give another to compare with"
-            )
-        check_results_format(Path(args.against))
-        other = (Path(args.against).resolve().name, rows(Path(args.against)))
-    found = leaderboard(results)
+    found = rows(results.local)
+    _check_attack(args.attack, found, args.dir)
+    other = _against(args.against, results) if args.against else None
+    leaderboard(results, found)
     print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
     print(f"leaderboard: {results.local / 'leaderboard.html'} ({len(found)} rows)")
     print(write_findings(results, found, args.attack, other))
@@ -161,15 +152,33 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_attack(attack: str, local: os.PathLike, name: str) -> None:
+def _against(location: str, results: Results) -> tuple[str, list[dict[str, Any]]]:
+    """The (name, leaderboard rows) of the results folder ``location`` that ``report --against`` ranks
+    ``results`` against: a path or an object-store URI, checked as ``results`` is, read and never written."""
+    from .report.leaderboard import rows
+    from .run.storage import Results
+
+    other = Results.at(location)
+    if other.uri.rstrip("/") == results.uri.rstrip("/"):
+        raise PrivauditorError(
+            f"--against {location} is the results folder itself: give another to compare with"
+        )
+    try:
+        other.check_readable()
+    except PrivauditorError as exc:
+        raise PrivauditorError(f"--against {exc}") from None
+    other.pull_summaries()
+    return other.uri.rstrip("/").rsplit("/", 1)[-1], rows(other.local)
+
+
+def _check_attack(attack: str, found: list[dict[str, Any]], name: str) -> None:
     """A one-line error, before anything is written, unless ``--attack`` names an attack the finished
-    cells in ``local`` (the results folder ``name``) ran; an unknown name gets "did you mean"."""
+    cells of the results folder ``name`` ran (their leaderboard rows ``found``); an unknown name gets
+    "did you mean"."""
     from privauditor.tasks.attacks import ATTACKS
     from privauditor.tasks.errors import unknown_name_message
 
-    from .report.leaderboard import rows
-
-    ran = sorted({r["attack"] for r in rows(local)})
+    ran = sorted({r["attack"] for r in found})
     if attack not in ATTACKS and attack not in ran:
         known = sorted({*ATTACKS.names(), *ran})
         raise PrivauditorError("--attack: " + unknown_name_message("attack", attack, known))
@@ -297,8 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--against",
         metavar="OTHER",
-        help="another results folder: rank its techniques alike and compare the orders (e.g. the tiny "
-        "bases' results/default against results/real)",
+        help="another results folder (a path or an object-store URI, read and never written): rank its "
+        "techniques alike and compare the orders (e.g. the tiny bases' results/default against results/real)",
     )
     report.set_defaults(handler=_report)
 

@@ -128,13 +128,13 @@ def _results_format(marker: Path) -> Any:
         return "unreadable"
 
 
-def check_results_format(folder: Path) -> None:
+def check_results_format(folder: Path, name: str | None = None) -> None:
     """Refuse a folder whose ``privauditor.json`` names another results format (read, never written: a
-    folder without one is left as it is)."""
+    folder without one is left as it is); the error names it ``name`` (its URI, for a stage) or its path."""
     marker = folder / "privauditor.json"
     if marker.exists() and (found := _results_format(marker)) != RESULTS_FORMAT:
         raise PrivauditorError(
-            f"{folder} holds results format {found!r}, this privauditor reads {RESULTS_FORMAT}: "
+            f"{name or folder} holds results format {found!r}, this privauditor reads {RESULTS_FORMAT}: "
             "read it with the privauditor that wrote it"
         )
 

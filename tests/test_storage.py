@@ -100,3 +100,28 @@ def test_leaderboard_from_cells_finished_on_other_nodes(results, tmp_path, monke
     assert json.loads((remote / "cells" / "c3" / "DONE").read_text())["cell_id"] == "c3"
     assert (remote / "leaderboard.parquet").stat().st_size > 0 and (remote / "leaderboard.html").exists()
     assert not (elsewhere.local / "cells" / "c3" / "adapter").exists()  # only the summaries were fetched
+
+
+def test_report_against_a_folder_on_an_object_store(results, tmp_path, monkeypatch, capsys):
+    """``report --against`` takes an object-store URI as ``report`` does: its summaries are fetched into a
+    stage and nothing is written to it; the same folder given twice (a trailing slash aside) is refused."""
+    from privauditor.orchestrator.cli import main
+
+    fake_cell(results, "tiny-gpt2__lora__sql__s0__a1", 0.7)  # ids as a cell names itself: findings reads them
+    results.push_cell("tiny-gpt2__lora__sql__s0__a1")
+    remote = tmp_path / "bucket" / "run"
+    before = sorted(p.relative_to(remote).as_posix() for p in remote.rglob("*"))
+    monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path / "other-cache"))  # another machine: empty stage
+    here = Results.at(tmp_path / "here")
+    fake_cell(here, "tiny-gpt2__lora__sql__s0__b2", 0.6)
+    assert main(["report", str(here.local), "--against", results.uri]) == 0
+    assert "## Against run" in (here.local / "findings.md").read_text()
+    assert sorted(p.relative_to(remote).as_posix() for p in remote.rglob("*")) == before
+    capsys.readouterr()
+    assert main(["report", results.uri, "--against", results.uri + "/"]) == 2
+    assert "is the results folder itself" in capsys.readouterr().err
+    old = tmp_path / "bucket" / "old"  # a folder of another results format, named by its URI
+    (old / "cells").mkdir(parents=True)
+    write_json(old / "privauditor.json", {"results_format": 0})
+    assert main(["report", str(here.local), "--against", f"file://{old}"]) == 2
+    assert f"error: --against file://{old} holds results format 0," in capsys.readouterr().err

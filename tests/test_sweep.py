@@ -143,7 +143,7 @@ def test_exclude_drops_matching_cells():
         (BASE | {"run": {"max_failure": 1}}, "did you mean 'max_failures'"),
         (BASE | {"run": {"gpus_per_trial": "many"}}, "must be a number or auto or null, not 'many'"),
         (BASE | {"run": {"gpus_per_trial": True}}, "or null, not True$"),  # no hint to quote a name
-        (BASE | {"run": {"gpus_per_trial": -1}}, "auto, null or a number >= 0, not -1"),
+        (BASE | {"run": {"gpus_per_trial": -1}}, "must be a number >= 0 or auto or null, not -1"),
         (BASE | {"run": {"cell_timeout_s": 0}}, "seconds > 0 or null"),
         (BASE | {"tracking": {"wandb": {"mode": "sometimes"}}}, "offline, online or disabled"),
         (BASE | {"seeds": ["zero"]}, "integers"),

@@ -36,11 +36,9 @@ MARKER = "published.json"
 def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[dict[str, Any]]:
     """Write the public export of ``results`` to ``to``; returns the leaderboard rows."""
     results, to = Path(results).resolve(), Path(to).resolve()
-    if not (results / "cells").is_dir():
-        raise PrivauditorError(f"{results} is not a results folder (no cells/ inside)")
-    from privauditor.tasks.results import check_results_format
+    from ..run.storage import Results
 
-    check_results_format(results)  # a folder of another results format is refused, not read
+    Results.at(results).check_readable()  # not a results folder, or one of another format: refused, not read
     if to == results or to in results.parents:
         raise PrivauditorError(f"--to {to} would replace the results folder itself: choose another folder")
     if to.exists() and not (to / MARKER).is_file():

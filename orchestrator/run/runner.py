@@ -26,12 +26,15 @@ def pending(specs: list[Any], results: Results) -> list[Any]:
     return [s for s in specs if not results.done(s.cell_id())]
 
 
-def leaderboard(results: Results) -> list[dict[str, Any]]:
-    """Rebuild the leaderboard from the finished cells (fetched from an object store first)."""
-    from ..report.leaderboard import build
+def leaderboard(results: Results, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Rebuild the leaderboard from the finished cells (fetched from an object store first), or from
+    their rows ``found`` where the caller has read them already."""
+    from ..report.leaderboard import rows, write
 
-    results.pull_summaries()
-    found = build(results.local)
+    if found is None:
+        results.pull_summaries()
+        found = rows(results.local)
+    write(results.local, found)
     results.push_leaderboard()
     return found
 

@@ -138,7 +138,7 @@ class Results:
         if not self.remote and not (self.local / "cells").is_dir():
             raise PrivauditorError(f"{self.uri} is not a results folder (no cells/ inside)")
         if self.fetch("privauditor.json"):
-            check_results_format(self.local)
+            check_results_format(self.local, self.uri)
 
     def fetch(self, relative: str) -> bool:
         """Copy one file from the filesystem into the stage if it is there; whether it was."""

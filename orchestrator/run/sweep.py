@@ -63,7 +63,7 @@ class RunSettings:
             )
         gpus = self.gpus_per_trial
         if not (gpus in (None, "auto") or (isinstance(gpus, float) and gpus >= 0)):
-            raise PrivauditorError(f"run.gpus_per_trial must be auto, null or a number >= 0, not {gpus!r}")
+            raise PrivauditorError(f"run.gpus_per_trial must be a number >= 0 or auto or null, not {gpus!r}")
         if self.cpus_per_trial is not None and self.cpus_per_trial <= 0:
             raise PrivauditorError(
                 f"run.cpus_per_trial must be a number > 0 or null, not {self.cpus_per_trial!r}"
