@@ -143,7 +143,7 @@ def test_greedy_verdicts_equal_greedy_generation_where_no_two_tokens_nearly_tie(
     model.eval()
     FAMILY_MODELS[family.name] = model
     settings = ExtractionSettings(prefix=8, suffix=24)
-    examples = records(tokenizer, family, 72)
+    examples = records(tokenizer, family, 96)
     stats = score_examples(model, tokenizer, examples, MAX_LENGTH, family.seq2seq)
     checked, extracted, disagreements = 0, 0, []
     for example, s in zip(examples, stats, strict=True):
