@@ -59,9 +59,10 @@ def _atomic(path: Path, write) -> None:
     atomic_write(path, written)
 
 
-def build(out: Path) -> list[dict[str, Any]]:
-    """Rebuild every leaderboard file under ``out`` from the finished cells; returns the rows."""
-    found = rows(Path(out))
+def build(out: Path, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Rebuild every leaderboard file under ``out`` from the finished cells (or from their rows ``found``,
+    where the caller has read them already); returns the rows."""
+    found = rows(Path(out)) if found is None else found
     write(Path(out), found)
     return found
 

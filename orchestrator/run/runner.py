@@ -29,12 +29,11 @@ def pending(specs: list[Any], results: Results) -> list[Any]:
 def leaderboard(results: Results, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Rebuild the leaderboard from the finished cells (fetched from an object store first), or from
     their rows ``found`` where the caller has read them already."""
-    from ..report.leaderboard import rows, write
+    from ..report.leaderboard import build
 
     if found is None:
         results.pull_summaries()
-        found = rows(results.local)
-    write(results.local, found)
+    found = build(results.local, found)
     results.push_leaderboard()
     return found
 
