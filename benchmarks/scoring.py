@@ -25,8 +25,9 @@ targets scored after their prompts), it times, side by side in one run:
   (its ``get_probabilities(text, tokens=...)``) with the BOS privauditor puts first, since this tokenizer
   adds none;
 - ``store_v2_vs_v1``: ``score_examples`` writing the signal store's format 2 (also the top-1 log p, the
-  token's rank and the top-k log-sum-exp) against format 1 (logp, mu, sigma), each the median of three
-  runs on all the texts, alternated in a counterbalanced order (1 2, 2 1, 1 2);
+  token's rank and the top-k log-sum-exp) against format 1 (logp, mu, sigma): every batch scored in both
+  formats back to back, which goes first alternating, each format's seconds summed over all the texts;
+  the median of three such runs;
 - ``naive`` (a secondary figure): per text and per attack one forward pass keeping the full-vocabulary
   log-softmax (the reference attack also runs the reference model per text), written as MIMIR's
   ``get_probabilities`` is (labels passed to the model, each target's log-prob read with ``.item()``);
@@ -265,15 +266,21 @@ def against_mimir(model, reference, tokenizer, examples, max_length, batch_size,
 
 def store_formats(model, tokenizer, examples, max_length, batch_size, runs=3):
     """Seconds of ``score_examples`` writing the signal store's format 1 (logp, mu, sigma) and format 2 (also
-    top1_logp, rank, topk_lse), alternated ``runs`` times in a counterbalanced order (1, 2, then 2, 1,
-    ...: neither format always runs second, on a machine that is warmer or busier by then); the median of
-    each."""
-    times = {False: [], True: []}
+    top1_logp, rank, topk_lse): each of its length-bucketed batches scored in both formats back to back,
+    the format that goes first alternating from batch to batch and from run to run, and each format's
+    time summed over the batches; the median of ``runs`` runs. Whole runs of one format after the other
+    measured the machine as much as the format on a shared 2-core machine (benchmarks/README.md): a batch
+    takes about a second, so a drift in speed falls on both formats alike."""
+    data = encode(tokenizer, examples, max_length, False)
+    order = sorted(range(len(data)), key=lambda i: (len(data[i]["input_ids"]), len(data[i]["labels"])))
+    batches = [[examples[i] for i in order[s : s + batch_size]] for s in range(0, len(order), batch_size)]
+    times = {False: [0.0] * runs, True: [0.0] * runs}
     for run in range(runs):
-        for extended in (False, True) if run % 2 == 0 else (True, False):
-            times[extended].append(timed(lambda e=extended: score_examples(
-                model, tokenizer, examples, max_length, False, batch_size, extended=e
-            ))[1])  # fmt: skip
+        for number, batch in enumerate(batches):  # the batches score_examples forms (a stable sort)
+            for extended in (False, True) if (run + number) % 2 == 0 else (True, False):
+                times[extended][run] += timed(lambda e=extended, b=batch: score_examples(
+                    model, tokenizer, b, max_length, False, batch_size, extended=e
+                ))[1]  # fmt: skip
     return float(np.median(times[False])), float(np.median(times[True]))
 
 

@@ -69,7 +69,17 @@ def _stats(
     rows: torch.Tensor, tokens: torch.Tensor, moments: bool, extended: bool = True
 ) -> tuple[torch.Tensor, ...]:
     """log p of ``tokens`` under the logits ``rows`` (N x V), and optionally mu and sigma of log p and
-    (``extended``, the store's format 2) the top-1 log p, the token's rank and the top-k log-sum-exp."""
+    (``extended``, the store's format 2) the top-1 log p, the token's rank and the top-k log-sum-exp.
+    :func:`score_examples` runs the two halves, :func:`_piece_stats` and :func:`_top_stats`, on different
+    numbers of rows; this is both on the same rows."""
+    return _top_stats(_piece_stats(rows, tokens, moments, extended))
+
+
+def _piece_stats(
+    rows: torch.Tensor, tokens: torch.Tensor, moments: bool, extended: bool
+) -> tuple[torch.Tensor, ...]:
+    """What needs the full log-softmax rows, on a piece of them: log p of ``tokens``, mu and sigma
+    (``moments``) and (``extended``) the :func:`_candidates` for the top-k values."""
     logprobs = torch.log_softmax(rows.float(), dim=-1)
     logp = logprobs.gather(-1, tokens[:, None]).squeeze(-1)
     if not moments:
@@ -80,7 +90,16 @@ def _stats(
     sigma = (second - mu.square()).clamp_min(0.0).sqrt()
     if not extended:
         return logp, mu, sigma
-    top = _top_values(logprobs, min(TOPK, logprobs.shape[-1]))
+    return logp, mu, sigma, _candidates(logprobs, min(TOPK, logprobs.shape[-1]))
+
+
+def _top_stats(found: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """:func:`_piece_stats`' columns (of any number of pieces' rows at once: these steps cost mostly their
+    calls) with the candidates replaced by the top-1 log p, the token's rank and the top-k log-sum-exp."""
+    if len(found) < 4:
+        return tuple(found)
+    logp, mu, sigma, candidates = found
+    top = _select(candidates, min(TOPK, candidates.shape[-1]))
     # 1 + the top values above the token's: exact up to TOPK, and TOPK + 1 (RANK_CAP) for any worse rank
     rank = torch.count_nonzero(top > logp[:, None], dim=-1).add_(1)
     return logp, mu, sigma, top.amax(-1), rank.float(), torch.logsumexp(top, -1)
@@ -90,33 +109,43 @@ TOP_BLOCKS = 512  # blocks of the vocabulary in the two-stage top-k
 
 
 def _top_values(rows: torch.Tensor, k: int) -> torch.Tensor:
-    """The ``k`` largest values of each row (unordered), in two stages: the vocabulary is cut into
-    ``TOP_BLOCKS`` blocks (block j: entries j, j + TOP_BLOCKS, ..., so that the blocks' maxima are one
-    vectorised reduction), and the selection runs on the ``k`` blocks with the largest maxima (and the
-    entries past the last whole stride) alone. They hold every one of the row's ``k`` largest values: a
-    value outside them has ``k`` block maxima at least as large. Each stage is ``topk``, which splits
-    rows over torch's threads, except on a CPU with one torch thread (a sweep's worker at one CPU per
-    trial), where numpy's introselect (``np.partition``, values only) is faster: measured on 2 cores, the
-    two stages at 1 thread took 0.89 ms with numpy against 1.46 ms with ``topk`` for 128 rows of 4,096,
-    and 0.64 against 0.61 ms for 16 rows of 32,000; at 2 threads ``topk`` 0.18 ms against 0.39 for the
-    latter."""
+    """The ``k`` largest values of each row (unordered): the two stages on the same rows."""
+    return _select(_candidates(rows, k), k)
+
+
+def _candidates(rows: torch.Tensor, k: int) -> torch.Tensor:
+    """The first stage of a two-stage top-k: entries of each row among which its ``k`` largest lie, the
+    same number for every row of one vocabulary. The vocabulary is cut into ``TOP_BLOCKS`` blocks (block j:
+    entries j, j + TOP_BLOCKS, ..., so that the blocks' maxima are one vectorised reduction), and the
+    candidates are the ``k`` blocks with the largest maxima and the entries past the last whole stride.
+    They hold every one of the row's ``k`` largest values: a value outside them has ``k`` block maxima at
+    least as large. A vocabulary too small for blocks gives its ``k`` largest values directly."""
     n, vocab = rows.shape
     size = vocab // TOP_BLOCKS
     if size < 2 or 2 * k > TOP_BLOCKS:
-        return rows.topk(k, dim=-1, sorted=False).values
+        return _select(rows, k)
     whole = rows[:, : size * TOP_BLOCKS].view(n, size, TOP_BLOCKS)
     best = _largest_at(whole.amax(1), k)
     candidates = whole.gather(2, best[:, None, :].expand(n, size, k)).reshape(n, -1)
     if size * TOP_BLOCKS < vocab:
         candidates = torch.cat([candidates, rows[:, size * TOP_BLOCKS :]], dim=-1)
-    if not _numpy_selects(candidates):
-        return candidates.topk(k, dim=-1, sorted=False).values
-    values = candidates.detach().numpy()
-    return torch.from_numpy(np.partition(values, values.shape[1] - k, axis=1)[:, -k:])
+    return candidates
+
+
+def _select(rows: torch.Tensor, k: int) -> torch.Tensor:
+    """The ``k`` largest values of each row (unordered). On a CPU by numpy's introselect (``np.partition``,
+    one thread), which beats ``topk`` there even where ``topk`` splits the rows over two threads: measured
+    on 2 cores at 2 threads, 3.8 against 7.7 us per row for 524 rows of 2,736 candidates (vocabulary 32,000)
+    and 0.7 against 1.9 for 4,096 rows of 320 (vocabulary 4,096)."""
+    if rows.device.type != "cpu":
+        return rows.topk(k, dim=-1, sorted=False).values
+    values = rows.detach().numpy()
+    return torch.from_numpy(np.partition(values, values.shape[1] - k, axis=1)[:, values.shape[1] - k :])
 
 
 def _numpy_selects(rows: torch.Tensor) -> bool:
-    """Whether numpy's selection is the faster here: on a CPU where torch has one thread."""
+    """Whether numpy's selection is the faster for the first stage's few columns: on a CPU where torch has
+    one thread (a sweep's worker at one CPU per trial; at two threads ``topk`` wins on 512 block maxima)."""
     return rows.device.type == "cpu" and torch.get_num_threads() == 1
 
 
@@ -205,14 +234,15 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
     ):
         tokens = label_ids[mask].to(device)
         head = _run(model, batch, mask, seq2seq)
-        pieces = []
+        chunks = []
         for i in range(0, len(tokens), chunk_rows):
             logits, targets = head.project(i, chunk_rows), tokens[i : i + chunk_rows]
-            pieces += [
-                _stats(logits[j : j + stats_rows], targets[j : j + stats_rows], moments, extended)
+            pieces = [
+                _piece_stats(logits[j : j + stats_rows], targets[j : j + stats_rows], moments, extended)
                 for j in range(0, len(logits), stats_rows)
             ]
-        columns = [torch.cat(parts).cpu().numpy().astype(np.float32) for parts in zip(*pieces, strict=True)]
+            chunks.append(_top_stats([torch.cat(parts) for parts in zip(*pieces, strict=True)]))
+        columns = [torch.cat(parts).cpu().numpy().astype(np.float32) for parts in zip(*chunks, strict=True)]
         lengths = mask.sum(1).tolist()
         offset = 0
         for row, n in enumerate(lengths):

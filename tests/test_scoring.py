@@ -166,7 +166,7 @@ def test_the_two_stage_top_k_finds_the_k_largest_values():
     rows[2] = torch.round(rows[2] * 2)  # many ties at the boundary
     threads = torch.get_num_threads()
     try:
-        for torch_threads in (1, 2):  # numpy's selection at one thread, topk's at more
+        for torch_threads in (1, 2):  # the blocks chosen by numpy's selection at one thread, topk's at more
             torch.set_num_threads(torch_threads)
             for width in (10_007, 4096, 1100):  # 1100: blocks of 2
                 for some in (rows, rows[3:]):  # ties at a boundary (topk's indices) and none (numpy's)
