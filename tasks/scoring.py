@@ -12,7 +12,8 @@ format 2) ``top1_logp``, the largest log p over the vocabulary, ``topk_lse``, th
 :data:`~privauditor.tasks.signals.TOPK` largest log p (the probability mass top-k sampling keeps), and
 ``rank``, the actual token's rank (1 + the tokens with a strictly larger log p; ties share the better
 rank), read off those top-k values: exact up to TOPK, and :data:`~privauditor.tasks.signals.RANK_CAP`
-(TOPK + 1) for any worse rank. All from the same log-softmax rows in the same pieces.
+(TOPK + 1) for any worse rank. All from the same log-softmax rows in the same pieces (the top-k's second
+stage once per projection chunk, on the candidates its pieces kept).
 Right padding with an attention mask gives the same numbers as scoring one text at a time (a test checks
 it).
 """
@@ -106,11 +107,6 @@ def _top_stats(found: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
 
 
 TOP_BLOCKS = 512  # blocks of the vocabulary in the two-stage top-k
-
-
-def _top_values(rows: torch.Tensor, k: int) -> torch.Tensor:
-    """The ``k`` largest values of each row (unordered): the two stages on the same rows."""
-    return _select(_candidates(rows, k), k)
 
 
 def _candidates(rows: torch.Tensor, k: int) -> torch.Tensor:
