@@ -60,7 +60,7 @@ import torch
 from privauditor.orchestrator.tables import render
 from privauditor.tasks.attacks import build_attack
 from privauditor.tasks.datasets import Example, load_dataset
-from privauditor.tasks.scoring import score_examples
+from privauditor.tasks.scoring import length_order, score_examples
 from privauditor.tasks.signals import Signals
 from privauditor.tasks.training import collate, encode
 
@@ -115,7 +115,7 @@ def timed(work):
 def plain_forward(model, tokenizer, examples, max_length, batch_size, by_length=False):
     data = encode(tokenizer, examples, max_length, False)
     if by_length:  # the same length-bucketed batches as score_examples forms
-        data = sorted(data, key=lambda item: len(item["input_ids"]))
+        data = [data[i] for i in length_order(data)]
     for start in range(0, len(data), batch_size):
         batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, False)
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits  # noqa: B018
@@ -271,12 +271,11 @@ def store_formats(model, tokenizer, examples, max_length, batch_size, runs=3):
     time summed over the batches; the median of ``runs`` runs. Whole runs of one format after the other
     measured the machine as much as the format on a shared 2-core machine (benchmarks/README.md): a batch
     takes about a second, so a drift in speed falls on both formats alike."""
-    data = encode(tokenizer, examples, max_length, False)
-    order = sorted(range(len(data)), key=lambda i: (len(data[i]["input_ids"]), len(data[i]["labels"])))
+    order = length_order(encode(tokenizer, examples, max_length, False))
     batches = [[examples[i] for i in order[s : s + batch_size]] for s in range(0, len(order), batch_size)]
     times = {False: [0.0] * runs, True: [0.0] * runs}
     for run in range(runs):
-        for number, batch in enumerate(batches):  # the batches score_examples forms (a stable sort)
+        for number, batch in enumerate(batches):  # the batches score_examples forms
             for extended in (False, True) if (run + number) % 2 == 0 else (True, False):
                 times[extended][run] += timed(lambda e=extended, b=batch: score_examples(
                     model, tokenizer, b, max_length, False, batch_size, extended=e

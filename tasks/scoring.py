@@ -252,6 +252,12 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
     return out  # type: ignore[return-value]  # every slot filled
 
 
+def length_order(data: Sequence[dict[str, Any]]) -> list[int]:
+    """The order in which :func:`score_examples` batches encoded texts: by input length, then target length
+    (a stable sort, so ``batch_size`` texts at a time of this order are its batches)."""
+    return sorted(range(len(data)), key=lambda i: (len(data[i]["input_ids"]), len(data[i]["labels"])))
+
+
 def _batches(
     tokenizer: Any, examples: Sequence[Example], max_length: int, seq2seq: bool, batch_size: int
 ) -> Iterator[tuple[list[int], dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
@@ -260,7 +266,7 @@ def _batches(
     t predicts token t + 1 in a causal model; T5's decoder positions are aligned with the labels) and
     their mask."""
     data = encode(tokenizer, examples, max_length, seq2seq)
-    order = sorted(range(len(data)), key=lambda i: (len(data[i]["input_ids"]), len(data[i]["labels"])))
+    order = length_order(data)
     shown = Progress(f"scoring {len(data)} texts", -(-len(data) // batch_size))
     for start in range(0, len(data), batch_size):
         check("scoring")
