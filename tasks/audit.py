@@ -89,6 +89,7 @@ def run_audit(
     from .evaluate import Evaluate, evaluate
     from .models import load_model, resolve_model, weights_identity
     from .pii import check_patterns
+    from .receipts import audit_receipts
     from .scorer import Reference, Scorer, identity_of
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
@@ -132,6 +133,7 @@ def run_audit(
     if chats:  # rendered with the model's own chat template now that its tokenizer is loaded
         parts = {k: [render(e.sample_id, chats[e.sample_id], loaded.tokenizer, chat_scored) for e in v]
                  for k, v in parts.items()}  # fmt: skip
+    receipts = audit_receipts(parts, loaded.tokenizer, max_length, loaded.seq2seq, loaded.model)
     cell_dir = folder.start()
     name = loaded.spec.name
     weights = weights_identity(model_spec)
@@ -192,6 +194,7 @@ def run_audit(
         "total_params": sum(p.numel() for p in loaded.model.parameters()),
         "train": {"seconds": 0.0},
         "utility_loss": utility,  # mean NLL on the non-members (held-out text)
+        "loss_receipts": receipts,  # the members' coverage by a training loss at this max_length
         "n_members": len(parts["members"]),
         "n_nonmembers": len(parts["nonmembers"]),
         "timings": {"total": round(time.perf_counter() - started, 3)},

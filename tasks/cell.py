@@ -105,6 +105,7 @@ def execute(
     from .datasets import load_dataset
     from .defences import TrainingRun, get_defence
     from .models import load_model
+    from .receipts import split_receipts
     from .scorer import context_tokens, identity_of
     from .snapshots import saver
     from .splits import draw_split
@@ -122,6 +123,8 @@ def execute(
     split_file = shared_split(shared, spec, split)
     base_identity = identity_of(loaded.model, loaded.tokenizer, spec.model, spec.base, "none")
     model = apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed)
+    # before any training: a member the loss never reaches is a one-line error (receipts.py)
+    receipts = split_receipts(split, loaded.tokenizer, max_length, loaded.seq2seq, model, technique.trains)
     snapshots = cell_dir / ".snapshots"
     defence, guard = get_defence(spec.defence), None
     if defence is not None:
@@ -180,6 +183,7 @@ def execute(
         "defence": {"name": spec.defence} | ({} if guard is None else guard.record(result.steps)),
         "utility_loss": final["utility_loss"],
         "device": str(next(model.parameters()).device),
+        "loss_receipts": receipts,  # None: nothing trains (none, icl)
         "n_members": len(split.members),
         "n_nonmembers": len(split.nonmembers),
         "repeats": split.repeats(),

@@ -58,6 +58,7 @@ class _CellExtras(TypedDict, total=False):
     repeats: dict[str, int]
     hardware: dict[str, Any]
     runtime: dict[str, Any]
+    loss_receipts: dict[str, Any] | None  # the loss's coverage of each trained part (tasks/receipts.py)
 
 
 class CellRecord(_CellExtras):

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 #: bump whenever a change to the training loop alters the weights it trains (part of every cell id)
 TRAINER_VERSION = 3  # 3: checkpoints at steps inside an epoch; 2: warm-up then constant (was: linear decay)
+# (not bumped for encode's hard max_length: a record it now encodes otherwise fails the cell, receipts.py)
 #: the warm-up's longest length in steps (it lasts one epoch when epochs are shorter)
 WARMUP_STEPS = 100
 
@@ -79,7 +80,9 @@ class TrainResult:
 def encode(
     tokenizer: Any, examples: Sequence[Example], max_length: int, seq2seq: bool
 ) -> list[dict[str, list[int]]]:
-    """Token ids and labels per example; labels are -100 everywhere but on target tokens."""
+    """Token ids and labels per example; labels are -100 everywhere but on target tokens. A causal input is
+    at most ``max_length`` tokens: the target is cut first, and a prompt that fills ``max_length`` leaves it
+    none (:mod:`~privauditor.tasks.receipts` makes that an error before anything trains or scores)."""
     prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
     targets = tokenizer([e.target for e in examples], add_special_tokens=False)["input_ids"]
     encoded = []
@@ -88,7 +91,9 @@ def encode(
             encoded.append({"input_ids": prompt + [tokenizer.eos_token_id], "labels": target[:max_length]})
             continue
         prefix = [tokenizer.bos_token_id, *prompt] if tokenizer.bos_token_id is not None else list(prompt)
-        target = target[: max(1, max_length - len(prefix))]
+        # at most max_length in all (was: one target token kept past it, beyond the model's positions)
+        prefix = prefix[:max_length]
+        target = target[: max_length - len(prefix)]
         encoded.append({"input_ids": prefix + target, "labels": [-100] * len(prefix) + target})
     return encoded
 
