@@ -139,9 +139,11 @@ def evaluate(
     stored = Signals.from_table(read_table(signals_file))
     extraction = leakage(stored, [e.target for e in scored], target.tokenizer, how.pii)
     if how.pii and how.pii_candidates:
+        canaries = how.canaries[0] if how.canaries else ()  # trained too: their values are never decoys
+        trained = [*parts.get("known_members", ()), *(c.example for c in canaries if c.included)]
         extraction["pii_inference"] = how.clock("pii inference", lambda: inference(
             target, scored, stored.logp, member, how.pii, how.pii_candidates, how.seed, how.max_length,
-            how.batch_size,
+            how.batch_size, parts.get("population", ()), trained, how.bootstrap,
         ))  # fmt: skip
     if how.canaries is not None and how.canaries[0]:
         found, settings = how.canaries

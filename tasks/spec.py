@@ -10,7 +10,8 @@ the numbers depend on besides the settings, so the cell id changes exactly when 
   weight bytes: another pre-training profile, or another machine's kernels, give other bytes; a hub
   checkpoint's revision);
 - the ``version`` of the technique, the training loop, every attack and every view it reads (bumped in
-  their files whenever a change alters numbers), and the identity of any auxiliary model a view uses.
+  their files whenever a change alters numbers), and the identity of any auxiliary model a view uses;
+  with ``score.pii_candidates``, PII inference's (``pii_inference_version``: tasks/pii.py).
 
 ``cell.json`` records :meth:`CellSpec.to_dict` as ``config``; :meth:`CellSpec.from_dict` reads it back.
 """
@@ -93,6 +94,7 @@ class CellSpec:
     reference_weights: str | None
     defence: str = "none"
     defence_params: dict[str, Any] = dataclasses.field(default_factory=dict)  # resolved: δ filled in
+    pii_inference_version: int | None = None  # tasks/pii.py's INFERENCE_VERSION with score.pii_candidates
 
     @property
     def complete(self) -> bool:
@@ -124,6 +126,8 @@ class CellSpec:
         for block, key in (("split", "canaries"), ("score", "pii_candidates")):
             if found[block].get(key) is None:
                 del found[block][key]
+        if found["pii_inference_version"] is None:
+            del found["pii_inference_version"]
         return found
 
     @classmethod
@@ -147,6 +151,7 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
     from .datasets import dataset_identity
     from .defences import get_defence
     from .models import resolve_model, weights_identity
+    from .pii import INFERENCE_VERSION
     from .splits import SPLIT_VERSION
     from .training import TRAINER_VERSION
 
@@ -215,6 +220,7 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
         reference_weights=None if config.reference is None else weights_identity(config.reference, build),
         defence=config.defence,
         defence_params=defence_params,
+        pii_inference_version=None if config.score.pii_candidates is None else INFERENCE_VERSION,
     )
 
 

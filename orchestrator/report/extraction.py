@@ -85,7 +85,10 @@ def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
         "(members less non-members) is what training added."
         + (
             " *PII inferred* (`score.pii_candidates`, last checkpoint only): the true value of a hidden field"
-            " scores above every decoy of its kind (Lukas et al. 2023; chance 1 / candidates)."
+            " scores above every decoy of its kind (Lukas et al. 2023; chance 1 / candidates), decoys drawn from"
+            " the values of records never trained on (non-members', population's), one pool for members and"
+            " non-members (a cell whose config has no `pii_inference_version` drew them from every scored"
+            " record, members' included)."
             if "pii_inferred" in kinds
             else ""
         )
