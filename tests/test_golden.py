@@ -162,13 +162,17 @@ GOLDEN = {
     ],
     # error zone of text 1: positions 1, 3, 4 with differences 0.5, 0.5, -1.5: r = (0.5 + 0.5) / 1.5 = 2/3,
     # reported as r / (1 + r) = 0.4. Degenerate: text 2, one error-zone token (< 2); text 3, differences 1, 2,
-    # none negative: 1 (member) or the authors' 0 (zero). min_tokens 4: text 1 has 3, degenerate too;
-    # min_tokens 1: text 2's one difference (-3 - -2 = -1) has no positive part: r = 0
+    # none negative: the authors' 0 (ezmia) or 1 (ezmia_degenerate_one). min_tokens 4: text 1 has 3,
+    # degenerate too; min_tokens 1: text 2's one difference (-3 - -2 = -1) has no positive part: r = 0
     "ezmia": [
+        ({}, EZMIA, [0.4, 0.0, 0.0]),
+        ({"min_tokens": 4}, EZMIA, [0.0, 0.0, 0.0]),
+        ({"min_tokens": 1}, EZMIA, [0.4, 0.0, 0.0]),
+    ],
+    "ezmia_degenerate_one": [
         ({}, EZMIA, [0.4, 1.0, 1.0]),
-        ({"degenerate": "zero"}, EZMIA, [0.4, 0.0, 0.0]),
         ({"min_tokens": 4}, EZMIA, [1.0, 1.0, 1.0]),
-        ({"min_tokens": 1, "degenerate": "zero"}, EZMIA, [0.4, 0.0, 0.0]),
+        ({"min_tokens": 1}, EZMIA, [0.4, 0.0, 1.0]),  # text 2 is no longer degenerate: its r = 0 stays 0
     ],
     # window 3 over text 1's gaps: means (-2.5/3, -5/3, -4/3); k 0.2 of 3: int(0.6) -> 1 lowest: -5/3;
     # k 0.7: int(2.1) = 2: (-5/3 - 4/3) / 2 = -1.5. Text 2 is shorter than the window: its gaps, lowest -0.5.
@@ -277,6 +281,31 @@ def test_every_attack_names_its_threat_model():
     levels = {name: cls.access for name, cls in ATTACKS.items()}
     assert set(levels.values()) <= set(ACCESS), levels
     assert (levels["blind"], levels["reference"], levels["rmia"], levels["gradnorm"], levels["loss"]) == (
-        "model-free", "reference", "reference", "white-box", "black-box"
+        "model-free", "reference", "known-members", "white-box", "black-box"
     )  # fmt: skip
     assert (levels["ezmia"], levels["gap_k"], levels["lt_iqr"]) == ("reference", "black-box", "checkpoints")
+    assert levels["camia"] == levels["con_recall"] == "known-members"  # both read labelled members
+    assert levels["ezmia_degenerate_one"] == levels["ezmia"]
+
+
+@pytest.mark.parametrize("name", ATTACKS.names())
+def test_an_attack_that_reads_labelled_members_says_so_in_its_access(name):
+    """An attack whose views (at its defaults) read the split's ``known_members`` (records the target
+    trained on) holds more than black-box or reference access: its level is ``known-members``; one that
+    reads none is not labelled so."""
+    attack = build_attack(name)
+    reads = any("known_members" in view.parts() for view in attack.views().values())
+    assert (attack.access == "known-members") == reads, (name, attack.access)
+
+
+def test_ezmia_scores_a_degenerate_text_as_its_authors_do_and_the_variant_does_not():
+    """The authors' code scores a degenerate text 0 (mia/ez_score.py lines 43-52): under ``ezmia`` a member
+    whose every error-zone difference is positive ranks last; ``ezmia_degenerate_one`` ranks it first.
+    Both read the same views and differ in nothing else; ezmia's version says its rule changed."""
+    first, second = build_attack("ezmia"), build_attack("ezmia_degenerate_one")
+    assert set(first.views()) == set(second.views()) and first.cost() == second.cost()
+    scores = first.score(EZMIA), second.score(EZMIA)
+    assert list(scores[0][1:]) == [0.0, 0.0] and list(scores[1][1:]) == [1.0, 1.0]
+    assert scores[0][0] == scores[1][0] == pytest.approx(0.4)
+    assert first.fitted() == second.fitted() == {"degenerate": 2, "degenerate_members": 1}
+    assert first.version == 2 and "degenerate" not in first.hyperparameters()

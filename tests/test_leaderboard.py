@@ -36,6 +36,34 @@ def test_one_seed_spreads_over_rows_and_several_seeds_over_seed_means():
     assert per_attack["zlib"] == ["0.625 ± 0.177", "2 seeds", 3]  # seed means 0.75 (lora, full) and 0.5
 
 
+def test_attacks_are_compared_over_the_same_cells_and_one_that_abstained_is_shown_apart():
+    """``surp`` has no row where it abstained on every text (two of four cells here, the leakiest): its mean
+    over its own cells (0.85) beat every attack's over all four, though over the same two cells ``loss``
+    reads 0.80 against it. It is left out of both summaries and listed apart with its cell count."""
+    from privauditor.orchestrator.report.summary import APART_HEADER, apart_table
+
+    aucs = {
+        "full": (0.9, 0.8, 0.95),
+        "head": (0.7, 0.6, 0.75),
+        "lora": (0.6, 0.5, None),
+        "ia3": (0.5, 0.5, None),
+    }
+    found = [
+        row(adaptation, 0, auc, attack)
+        for adaptation, values in aucs.items()
+        for attack, auc in zip(("loss", "zlib", "surp"), values, strict=True)
+        if auc is not None
+    ]
+    per_attack = summary(found, "attack")
+    assert [r[0] for r in per_attack] == ["loss", "zlib"]  # surp (0.85 over 2 cells) no longer first
+    assert per_attack[0][1:] == ["0.675 ± 0.148", "rows", 4]  # mean of 0.9, 0.7, 0.6, 0.5
+    assert apart_table(found) == [["surp", "2 of 4", "0.850", "loss 0.800"]]
+    assert len(APART_HEADER) == 4
+    per_adaptation = {r[0]: r[1] for r in summary(found, "adaptation")}
+    assert per_adaptation["full"] == "0.850 ± 0.050"  # loss and zlib alone, as for lora and ia3
+    assert apart_table([r for r in found if r["attack"] != "surp"]) == []
+
+
 def test_summary_tables_have_a_cell_per_header_column():
     found = [row("lora", 0, 0.6), row("full", 0, 0.7)]
     table = markdown_table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation"))

@@ -18,8 +18,11 @@ from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 
 #: the attacks after 2023 that read a model (lt_iqr, which reads a trajectory: tests/test_checkpoints.py)
-RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia", "wbc", "ezmia", "gap_k",
-          "camia", "informia"]  # fmt: skip
+RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia", "wbc", "ezmia_degenerate_one",
+          "gap_k", "camia", "informia"]  # fmt: skip
+#: run in the same cells, but not held to finding the canary: EZ-MIA at its authors' rule scores the canary's
+#: memorised (degenerate) members 0, last (test_ezmia_at_its_authors_rule_ranks_the_canary_s_memorised_last)
+AUTHORS_RULE = ["ezmia"]
 PARTS = "split={members: 16, nonmembers: 16, validation: 8, population: 24, known_members: 20}"
 #: The canary's split: 32 a side. At 16 a side Con-ReCaLL's interval is too wide for its effect on these
 #: bases (which barely copy from context): on one fast tiny-gpt2 base, seeds 0-4 gave AUC 0.71 (95 % CI
@@ -33,7 +36,8 @@ CANARY_PARTS = PARTS.replace("members: 16, nonmembers: 16", "members: 32, nonmem
 
 def cell(out, model, adaptation, *assignments, seed=0, parts=PARTS):
     settings = {"model": model, "adaptation": adaptation, "dataset": "finance", "seed": seed}
-    return run_cell(cell_config(settings, [parts, f"attacks=[loss,{','.join(RECENT)}]", *assignments]), out)
+    attacks = ",".join(["loss", *RECENT, *AUTHORS_RULE])
+    return run_cell(cell_config(settings, [parts, f"attacks=[{attacks}]", *assignments]), out)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +77,15 @@ def test_recent_attacks_find_the_canary_and_nothing_on_the_base(canary_and_base,
     rows = [r for r in scores if r["attack"] == name]
     assert len(rows) == 64 == len({r["sample_id"] for r in rows})
     assert all(math.isfinite(r["score"]) for r in rows)
+
+
+def test_ezmia_at_its_authors_rule_ranks_the_canary_s_memorised_last(canary_and_base):
+    """The two EZ-MIA rules differ only on degenerate texts: on the canary, where most members are
+    degenerate, the authors' 0 (``ezmia``) ranks them last and the variant's 1 first."""
+    canary, _ = canary_and_base
+    zero, one = canary.metrics["ezmia"], canary.metrics["ezmia_degenerate_one"]
+    assert zero["degenerate"] == one["degenerate"] and zero["degenerate_members"] > zero["degenerate"] / 2
+    assert zero["auc"] < one["auc"]
 
 
 def test_con_recall_keeps_the_gamma_it_chose_on_held_out_texts(canary_and_base):

@@ -141,7 +141,7 @@ def packed(rows: list[list[Any]]) -> str:
 
 def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
     from .formats import fraction_text, tpr_text
-    from .summary import SUMMARY_HEADER, final, summary, technique
+    from .summary import APART_HEADER, SUMMARY_HEADER, apart_table, final, summary, technique
 
     audits = bool(found) and all(r["cell_id"].startswith("audit__") for r in found)
     out = Path(out)
@@ -153,6 +153,8 @@ def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
             "summary_header": SUMMARY_HEADER,
             "by_adaptation": summary(found, "adaptation"),
             "by_attack": summary(found, "attack"),
+            "apart_header": APART_HEADER,
+            "apart": apart_table(found),  # attacks without a row in some cells: not in the means above
             "privacy_utility": _beside(out, out / "privacy_utility.png", privacy_utility_png(found)),
             # findings.md's Answer: mean ranks over complete blocks, Wilcoxon-Holm cliques
             "diagrams": [(p.stem, _address(out, p)) for p in sorted(plots.glob("cd_*.png"))],

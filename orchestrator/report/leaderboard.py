@@ -33,7 +33,7 @@ from privauditor.tasks.spec import CellSpec
 
 from .formats import fraction_text, markdown_table, tpr_text
 from .row_schema import Source, arrow_schema, columns, row
-from .summary import SUMMARY_HEADER, summary
+from .summary import APART_HEADER, SUMMARY_HEADER, apart_table, summary
 
 
 def rows(out: Path) -> list[dict[str, Any]]:
@@ -99,18 +99,32 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
         ]
         for r in sorted(found, key=lambda r: -r["auc"])
     ]
+    left_out = apart_table(found)  # attacks without a row in some cells: means compare the same cells
+    apart_lines = (
+        [
+            "Attacks without a row in some cells (they abstained on every text there, or were skipped), "
+            "apart: their means are over fewer cells and left out of both tables above:",
+            "",
+            markdown_table(APART_HEADER, left_out),
+            "",
+        ]
+        if left_out
+        else []
+    )
     markdown = [
         "# Leaderboard",
         "",
         "Mean ± std AUC per adaptation at each cell's last checkpoint (across models, datasets, seeds and "
-        "attacks; `findings.md` compares techniques at equal epochs, best validation and matched utility):",
+        "the attacks with a row in every cell; `findings.md` compares techniques at equal epochs, best "
+        "validation and matched utility):",
         "",
         markdown_table(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")),
         "",
-        "Mean ± std AUC per attack:",
+        "Mean ± std AUC per attack, every one over the same cells (those where each has a row):",
         "",
         markdown_table(["attack", *SUMMARY_HEADER], summary(found, "attack")),
         "",
+        *apart_lines,
         "Every (cell, checkpoint, attack), highest AUC first:",
         "",
         markdown_table(header, body),

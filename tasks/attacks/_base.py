@@ -14,11 +14,15 @@ if TYPE_CHECKING:
     from ..views import Cost, View
 
 
-#: Threat models, from the least to the most the attacker holds.
+#: Threat models, from the least to the most the attacker holds. ``known-members`` is above ``reference``
+#: because labelled training records are a stronger holding than a public base; an attack at that level
+#: may read a reference model too (``rmia`` does, ``camia`` does not): its views say which.
 ACCESS = {
     "model-free": "no query to the model: the texts and labels alone",
     "black-box": "the target's output probabilities (and public data)",
     "reference": "also a reference model: the base, or one adapted from it",
+    "known-members": "also labelled members: records the target trained on (the split's known_members, never "
+    "scored), beside its outputs and, where the attack reads one, a reference model",
     "white-box": "the target's weights: gradients",
     "checkpoints": "the target's snapshots along its training: its outputs at each",
 }

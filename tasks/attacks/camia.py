@@ -33,7 +33,8 @@ variant does not make:
    mean over the members exceeds its mean over the non-members, using the labels of every text, scored
    ones included (lines 323-328). Here the same comparison uses held-out labelled texts alone: the
    split's ``known_members`` (trained on, never scored) against the ``population``, as ``rmia`` picks
-   its ``a``. The scored texts' labels are never read.
+   its ``a``. The scored texts' labels are never read, but labelled members are: the attack's access
+   is ``known-members`` (:data:`~privauditor.tasks.attacks._base.ACCESS`), not ``black-box``.
 2. *No repetition.* Their data also score each text followed by 5 more copies of itself in one context
    (``run_ours_construct_mia_data.py`` lines 52 and 78-90) for the ``overall_diff_*``, ``slope`` and
    ``approximate_entropy`` features (600-1,000 positions, beyond the tiny bases' positions and a 2-core
@@ -127,6 +128,7 @@ class CamiaAttack(Attack):
 
     name = "camia"
     paper = "https://arxiv.org/abs/2409.13745"
+    access = "known-members"  # its signs come from the split's known members (deviation 1)
 
     def __post_init__(self) -> None:
         if self.combine not in COMBINE:

@@ -39,6 +39,7 @@ class ConRecallAttack(Attack):
 
     name = "con_recall"
     paper = "https://arxiv.org/abs/2409.03363"
+    access = "known-members"  # P_mem is a prefix of labelled members (and γ is chosen on more of them)
     version = 2
 
     def __post_init__(self) -> None:

@@ -14,13 +14,14 @@ whose signals the split already stores, so the attack costs no pass of its own.
 The score is reported as r / (1 + r) of the authors' ratio r, in [0, 1): the same order, so the same AUC
 and TPRs, with room at 1 for r = ∞. Degenerate texts: the authors' code scores 0 (lines 43-44 and 48-52)
 a text with fewer than ``min_tokens`` error-zone tokens, no negative difference, or a ratio that is
-NaN. Such texts are the best memorised members: the target predicts all but at most one of their
-tokens, or beats the reference everywhere it errs (r = ∞). Scoring them 0 ranks them with the least
-likely members, so that on a model that memorised its members the attack finds none of them (on the
-full fine-tuning canary of the tests, AUC 0.50 where every other attack is far above it). privauditor
-(``degenerate: member``, the default) scores them 1, above every other text; ``degenerate: zero`` keeps
-the authors' 0, to compare with their figures. ``metrics.json`` counts them (``degenerate``,
-``degenerate_members``). Deviations from the authors' code, besides that default: (1) the authors drop
+NaN, and so does ``ezmia``. Such texts are the best memorised members: the target predicts all but at
+most one of their tokens, or beats the reference everywhere it errs (r = ∞). Scoring them 0 ranks them
+with the least likely members, so that on a model that memorised its members the attack finds none of
+them (on the full fine-tuning canary of the tests, AUC 0.50 where every other attack is far above it).
+:mod:`.ezmia_degenerate_one` is the same attack with degenerate texts scored 1, above every other
+text: a variant of privauditor's, not the authors', registered under its own name so that no table
+shows its numbers as EZ-MIA's. ``metrics.json`` counts degenerate texts (``degenerate``,
+``degenerate_members``) for both. Deviations from the authors' code: (1) the authors drop
 the first scored position of every text (``ignore_bos``, lines 18-19: with GPT-2 and right padding,
 the prediction of the text's second token); here the scored positions are the target's tokens after
 the prompt, each with a context, and all of them count; (2) the error zone is "rank > 1" (a token tied
@@ -33,6 +34,7 @@ paper's TPRs knowing that.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -64,20 +66,18 @@ class ErrorZoneAttack(Attack):
     """Positive over negative target-minus-reference log-prob differences on mispredicted tokens."""
 
     min_tokens: int = 2  # fewest error-zone tokens a text needs (the authors' min_tokens)
-    degenerate: str = "member"  # a degenerate text scores 1 (member) or 0 (zero: the authors' code)
 
     name = "ezmia"
     paper = "https://arxiv.org/abs/2601.12104"
     access = "reference"
+    version = 2  # 2: degenerate texts score the authors' 0 (version 1 scored them 1: ezmia_degenerate_one)
+    #: the score of a degenerate text (see the module doc): the authors' 0
+    degenerate_score: ClassVar[float] = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_tokens, int) or self.min_tokens < 1:
             raise PrivauditorError(
-                f"attack 'ezmia': min_tokens must be an integer >= 1, not {self.min_tokens!r}"
-            )
-        if self.degenerate not in ("member", "zero"):
-            raise PrivauditorError(
-                f"attack 'ezmia': degenerate must be member or zero, not {self.degenerate!r}"
+                f"attack '{self.name}': min_tokens must be an integer >= 1, not {self.min_tokens!r}"
             )
         super().__post_init__()
 
@@ -91,12 +91,11 @@ class ErrorZoneAttack(Attack):
             for t, r, rank in zip(target.logp, reference.logp, target.rank, strict=True)
         ]
         degenerate = np.array([s is None for s in found], dtype=bool)
-        fill = 1.0 if self.degenerate == "member" else 0.0
         self._found = {
             "degenerate": int(degenerate.sum()),
             "degenerate_members": int((degenerate & target.member).sum()),
         }
-        return np.array([fill if s is None else s for s in found], dtype=np.float64)
+        return np.array([self.degenerate_score if s is None else s for s in found], dtype=np.float64)
 
     def fitted(self) -> dict:
         return dict(getattr(self, "_found", {}))

@@ -19,7 +19,11 @@ model; by default (``a: null``) it takes the grid's value of highest AUC on held
 scored ones never touch, as ``con_recall`` picks its γ: the split's ``known_members`` (trained on, never
 scored) against the ``population`` (each population text compared with the others, leaving itself
 out), the first of equal AUCs as privacy-meter's loop keeps it; the ``a`` chosen is stored with the
-metrics. This needs ``split.known_members``. A number for ``a`` fixes it. Why it matters: where
+metrics. This needs ``split.known_members``, and it is a stronger access than privacy-meter's: ``a`` is
+chosen on labelled members of the target itself (records it trained on), not on a paired reference model,
+so the attack's access is ``known-members`` (:data:`~privauditor.tasks.attacks._base.ACCESS`; it reads the
+reference model too), not ``reference``. A number for ``a`` fixes it and reads no known members (the
+access then is ``reference``'s, though rows still name the default's). Why it matters: where
 Pr(x | ref) is small (the tiny bases' median is about 0.001) the prior is nearly the constant
 (1 − a)/2 for any a ≤ 0.9, the reference drops out and the attack ranks texts as ``loss`` does
 (ρ ≥ 0.9997 over the 68 cells of the default at a = 0.3).
@@ -46,7 +50,7 @@ class RmiaAttack(Attack):
 
     name = "rmia"
     paper = "https://arxiv.org/abs/2312.03262"
-    access = "reference"
+    access = "known-members"  # a is chosen on the target's own known members (see the module doc)
     version = 2  # 2: a chosen on held-out labelled texts by default (was 0.3)
 
     def __post_init__(self) -> None:
