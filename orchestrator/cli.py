@@ -141,6 +141,13 @@ def _report(args: argparse.Namespace) -> int:
     results.check_readable()  # not a results folder, or one of another results format: refused, not read
     results.pull_summaries()
     found = rows(results.local)
+    if args.formed_on:  # a hypothesis's formed_on block, read from these cells; nothing is written
+        import yaml
+
+        from .report.hypothesis import formed_on_of
+
+        print(yaml.safe_dump({"formed_on": formed_on_of(results.local, found)}, sort_keys=False), end="")
+        return 0
     _check_attack(args.attack, found, args.dir)
     other = _against(args.against, results) if args.against else None
     leaderboard(results, found)
@@ -308,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OTHER",
         help="another results folder (a path or an object-store URI, read and never written): rank its "
         "techniques alike and compare the orders (e.g. the tiny bases' results/default against results/real)",
+    )
+    report.add_argument(
+        "--formed-on",
+        action="store_true",
+        help="print, as YAML, the formed_on block of a hypothesis read from this folder (its blocks with "
+        "each base's identity, seeds, commits) and write nothing",
     )
     report.set_defaults(handler=_report)
 

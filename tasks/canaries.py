@@ -185,6 +185,14 @@ def exposures(scorer: Any, canaries: Sequence[Canary], settings: CanarySettings,
     return {"space": settings.space, "canaries": per, "mean_by_repeats": summary}
 
 
+def null_sf(mean: float, n: int) -> float:
+    """P(a mean of ``n`` unseen canaries' exposures >= ``mean``) under the null of :func:`null_quantile`:
+    the one-sided p-value of a mean exposure."""
+    from scipy.stats import gamma
+
+    return float(gamma.sf(mean, n, scale=1.0 / (n * math.log(2))))
+
+
 def null_quantile(q: float, n: int) -> float:
     """The ``q`` quantile of the mean exposure of ``n`` canaries a model never saw: each exposure is
     -log2 U for a uniform rank U (continuous in the limit of a large space), an exponential of mean

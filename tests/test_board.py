@@ -122,6 +122,27 @@ def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_pat
     assert leaks(runs / "a" / "shared")  # ...though the results folders hold them
 
 
+@pytest.mark.ray
+@pytest.mark.slow
+def test_board_add_keeps_every_runs_confirmatory_attempts(runs, tmp_path):
+    """A results folder's ``hypothesis_attempts.jsonl`` reaches the store as one immutable file per attempt;
+    adding it again writes nothing, another run's attempt adds one, and ``board check`` still passes."""
+    first = copy_as_new_run(runs / "a", tmp_path / "a")
+    entries = [{"hypothesis": "h1", "cells": "c1", "n_cells": 4, "L": 30.0, "p_value": 0.02, "n_blocks": 2},
+               {"hypothesis": "h2", "cells": "c1", "n_cells": 4, "L": 31.0, "p_value": 0.5, "n_blocks": 2}]  # fmt: skip
+    (first / "hypothesis_attempts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    store = tmp_path / "store"
+    assert main(["board", "add", str(first), str(store)]) == 0
+    assert Store(store).list("attempts") == ["attempts/h1/c1.json", "attempts/h2/c1.json"]
+    before = snapshot(store)
+    assert main(["board", "add", str(first), str(store)]) == 0 and snapshot(store) == before
+    second = copy_as_new_run(runs / "a", tmp_path / "a2")
+    (second / "hypothesis_attempts.jsonl").write_text(json.dumps(entries[0] | {"cells": "c2"}) + "\n")
+    assert main(["board", "add", str(second), str(store)]) == 0
+    assert len(Store(store).list("attempts/h1")) == 2
+    assert main(["board", "check", str(store)]) == 0
+
+
 @pytest.fixture
 def scored_column(monkeypatch):
     """A column added in the one place columns are defined, the row schema: texts an attack scored."""

@@ -139,6 +139,23 @@ def test_the_null_is_the_exposure_of_uniform_ranks():
     assert inside.mean() == pytest.approx(0.95, abs=0.01)
 
 
+def test_exposure_stars_are_holm_over_the_table_and_the_null_p_is_the_gamma_tail():
+    """A star is a family-wise claim: 40 table entries each at the null's 99.5th percentile (p = 0.005,
+    below the old per-entry 1 % line, so the old table starred all 40) get none after Holm over the 40,
+    while a canary ranked first of 1,000 at every repetition (about 10 bits) keeps its star."""
+    from privauditor.orchestrator.report.exposure import starred
+    from privauditor.tasks.canaries import null_sf
+
+    assert null_sf(null_quantile(0.995, 4), 4) == pytest.approx(0.005)
+    assert null_sf(1.0, 1) == pytest.approx(0.5)  # the null's median exposure is 1 bit
+    borderline = null_quantile(0.995, 4)
+    found = {f"t{i}": {r: [borderline] * 4 for r in (1, 2, 4, 8)} for i in range(10)}
+    found["full"] = {8: [math.log2(1000)] * 4}
+    p_holm = starred(found)
+    assert len(p_holm) == 41 and borderline > null_quantile(0.99, 4)  # each was starred one by one
+    assert all(p > 0.01 for key, p in p_holm.items() if key != ("full", 8)) and p_holm[("full", 8)] <= 0.01
+
+
 def test_exposures_summarise_by_repeats_and_hold_no_text():
     settings = CanarySettings(count=2, repeats=(1, 4), digits=2, inclusion=0.5)
     canaries = make_canaries(settings, 3)

@@ -55,7 +55,11 @@ def synthetic(out, seeds=(0,)):
     (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "synthetic", "hypothesis": hypothesis}))
     for cell_id in {r["cell_id"] for r in rows}:
         (out / "cells" / cell_id).mkdir(parents=True, exist_ok=True)
-        (out / "cells" / cell_id / "cell.json").write_text(json.dumps({"versions": {}, "checkpoints": []}))
+        model, _, dataset, seed = cell_id.split("__")[:4]
+        config = {"model": model, "dataset": dataset, "seed": int(seed[1:]), "base": f"sha256:{model}"}
+        (out / "cells" / cell_id / "cell.json").write_text(
+            json.dumps({"versions": {}, "checkpoints": [], "config": config})
+        )
     return rows
 
 
@@ -72,6 +76,9 @@ def test_the_answer_ranks_complete_blocks_with_its_tests_first(tmp_path):
     assert table == ["head", "full", "lora", "prompt"]  # llama_adapter is partial, `none` is the control
     assert "6 complete (model, dataset) blocks, 1 seed each" in answer
     assert "| 1 | head | head | 40 % | " in answer and "| 2 | full | full | 100 % |" in answer
+    # ranks print their range over blocks, never a bootstrap interval called 95 %
+    assert "| mean rank (range over blocks) |" in answer and "95 % CI over blocks" not in answer
+    assert answer.count("| 1.0 (1–1) |") == 1 and "| 4.0 (4–4) |" in answer
     # 4 techniques in the same order in 6 blocks: Friedman chi2(3) = 18, p = 4.4e-4 (chi-square, df 3)
     assert "Friedman χ²(3) = 18.0, p = 0.00044" in answer
     # Wilcoxon over 6 blocks: p >= 2 / 2^6 = 0.031 for every pair, Holm over 6 pairs: nothing survives

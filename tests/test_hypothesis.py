@@ -1,5 +1,5 @@
 """A sweep's hypothesis: parsed strictly, and pre-registered only when committed before the run that
-tests it, on seeds not used to form it."""
+tests it, on declared blocks it was not formed on (read from records), every confirmatory attempt logged."""
 
 from __future__ import annotations
 
@@ -7,15 +7,20 @@ import subprocess
 
 import pytest
 
-from privauditor.orchestrator.report.hypothesis import parse, registration
+from privauditor.orchestrator.report.hypothesis import Block, attempts, log_attempt, parse, registration
 from privauditor.orchestrator.run.sweep import load_sweep
 from privauditor.tasks.errors import PrivauditorError
 
 BLOCK = """hypothesis:
   classes: {prompt: prompt_based, lora: adapters, full: full}
   order: [prompt_based, adapters, full]
-  formed_on: {seeds: [0]}
+  formed_on:
+    blocks: [{model: tiny-llama, base: "sha256:aa", dataset: finance}, {model: tiny-llama, base: "sha256:aa", dataset: sql}]
+    seeds: [0]
+  test_blocks: [{model: tiny-llama, base: "sha256:bb", dataset: finance}, {model: smollm2-135m, base: "sha256:cc", dataset: sql}]
 """
+FORMED = {Block("tiny-llama", "sha256:aa", "finance"), Block("tiny-llama", "sha256:aa", "sql")}
+FRESH = {Block("tiny-llama", "sha256:bb", "finance"), Block("smollm2-135m", "sha256:cc", "sql")}
 
 
 def git(root, *args):
@@ -57,31 +62,82 @@ def hypothesis():
     return parse(load_yaml(BLOCK)["hypothesis"])
 
 
-def test_committed_before_the_run_on_fresh_seeds_is_pre_registered(checkout):
+def test_committed_before_the_run_on_fresh_declared_blocks_is_pre_registered(checkout):
     root, _, after = checkout
-    found = registration(hypothesis(), "mine", {after, after + "+dirty"}, {1, 2}, root)
+    found = registration(hypothesis(), "mine", {after, after + "+dirty"}, FRESH, root)
     assert found.confirmatory and found.commit == after and "committed in" in found.reason
+    # one of the two fresh blocks alone is still a declared test block
+    assert registration(
+        hypothesis(), "mine", {after}, {Block("x", "sha256:bb", "finance")}, root
+    ).confirmatory
 
 
-def test_seeds_it_was_formed_on_or_a_later_commit_make_it_exploratory(checkout):
+def test_formed_blocks_new_seeds_undeclared_blocks_or_a_later_commit_make_it_exploratory(checkout):
     from privauditor.tasks.settings import load_yaml
 
     root, before, after = checkout
-    reused = registration(hypothesis(), "mine", {after}, {0, 1}, root)
-    assert not reused.confirmatory and "formed on seed(s) 0, which this run uses" in reused.reason
-    late = registration(hypothesis(), "mine", {before}, {1}, root)
+    # new seeds of a formed block are the same block: the test's unit is the block
+    reused = registration(
+        hypothesis(), "mine", {after}, FRESH | {Block("tiny-llama", "sha256:aa", "sql")}, root
+    )
+    assert (
+        not reused.confirmatory
+        and "formed on block(s) (tiny-llama, sql), which this run uses" in reused.reason
+    )
+    other = registration(hypothesis(), "mine", {after}, {Block("tiny-opt", "sha256:dd", "finance")}, root)
+    assert (
+        not other.confirmatory
+        and "(tiny-opt, finance) of this run are not among its test_blocks" in other.reason
+    )
+    late = registration(hypothesis(), "mine", {before}, FRESH, root)
     assert not late.confirmatory and "after the run's code" in late.reason
-    unknown = registration(hypothesis(), "mine", {None}, {1}, root)
+    unknown = registration(hypothesis(), "mine", {None}, FRESH, root)
     assert not unknown.confirmatory and "no git revision" in unknown.reason
-    on_tiny = parse({**load_yaml(BLOCK)["hypothesis"], "formed_on": {"seeds": [0], "models": ["tiny-llama"]}})
-    commit_block(root, on_tiny)
+    # formed_on with seeds and model names only (self-declared, the old form) is never confirmatory
+    declared = parse(
+        {**load_yaml(BLOCK)["hypothesis"], "formed_on": {"seeds": [0], "models": ["tiny-llama"]}}
+    )
+    commit_block(root, declared)
     head = git(root, "rev-parse", "HEAD")
-    real = registration(on_tiny, "mine", {head}, {0}, root, models={"smollm2-135m"})
-    assert real.confirmatory and "on bases not used to form it" in real.reason  # same seed, another base
-    again = registration(on_tiny, "mine", {head}, {0}, root, models={"smollm2-135m", "tiny-llama"})
-    assert not again.confirmatory and "formed on seed(s) 0" in again.reason
+    found = registration(declared, "mine", {head}, FRESH, root)
+    assert not found.confirmatory and "formed_on names no blocks read from results" in found.reason
     changed = parse({"classes": {"prompt": "a", "full": "b"}, "order": ["a", "b"]})
-    assert "no commit of this checkout holds it" in registration(changed, "mine", {after}, {1}, root).reason
+    assert "no commit of this checkout holds it" in registration(changed, "mine", {after}, FRESH, root).reason
+
+
+def test_test_blocks_among_the_formed_ones_are_refused_in_one_line():
+    from privauditor.tasks.settings import load_yaml
+
+    data = load_yaml(BLOCK)["hypothesis"]
+    overlapping = {
+        **data,
+        "test_blocks": [*data["test_blocks"], {"model": "tiny-llama", "base": "sha256:aa", "dataset": "sql"}],
+    }
+    with pytest.raises(
+        PrivauditorError, match=r"test_blocks: \(tiny-llama, sql\) is among formed_on.blocks"
+    ) as error:
+        parse(overlapping)
+    assert "\n" not in str(error.value)
+    # the same base under another name is the same block; another dataset of a formed base is fresh
+    renamed = {**data, "test_blocks": [{"model": "renamed", "base": "sha256:aa", "dataset": "finance"}]}
+    with pytest.raises(PrivauditorError, match="among formed_on.blocks"):
+        parse(renamed)
+    assert parse(
+        {**data, "test_blocks": [{"model": "tiny-llama", "base": "sha256:aa", "dataset": "climate"}]}
+    )
+
+
+def test_the_attempts_log_grows_by_one_per_confirmatory_run_and_not_on_a_rerun(tmp_path):
+    found = hypothesis()
+    page = {"L": 30.0, "p_value": 0.01, "n_blocks": 2}
+    assert attempts(tmp_path, found) == 0
+    assert log_attempt(tmp_path, found, {"a", "b"}, page) == 1
+    assert log_attempt(tmp_path, found, {"b", "a"}, page) == 1  # the same cells reported again
+    assert log_attempt(tmp_path, found, {"a", "b", "c"}, page) == 2  # another run's cells
+    other = parse({"classes": {"prompt": "a", "full": "b"}, "order": ["a", "b"]})
+    assert log_attempt(tmp_path, other, {"z"}, page) == 1 and attempts(tmp_path, found) == 2
+    lines = (tmp_path / "hypothesis_attempts.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all('"p_value": 0.01' in line for line in lines)
 
 
 @pytest.mark.parametrize(

@@ -134,14 +134,23 @@ def load_hypothesis(sweep: str) -> tuple[Any, str]:
     return parse(data["hypothesis"]), str(data.get("name") or path.stem)
 
 
-def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]]) -> Any:
+def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]], store: Any = None) -> Any:
     """Whether ``hypothesis`` was pre-registered for the runs the live records came from: their code
-    revisions (``provenance.versions.privauditor_git``) and seeds."""
-    from privauditor.orchestrator.report.hypothesis import registration
+    revisions (``provenance.versions.privauditor_git``) and blocks (base identity, dataset); with the
+    ``store``, how many confirmatory attempts of it the runs added there logged (``attempts/``)."""
+    from dataclasses import replace
+
+    from privauditor.orchestrator.report.hypothesis import Block, registration
 
     kept = live(records)
     revisions = {(r["provenance"]["versions"] or {}).get("privauditor_git") for r in kept}
-    seeds = {r["seed"] for r in kept if r["seed"] is not None}
-    return registration(
-        hypothesis, sweep, revisions, seeds, models={r["model"] for r in kept if r.get("model")}
+    blocks = {
+        Block(str(r["model"]), str((r["provenance"]["spec"] or {}).get("base")), str(r["dataset"]))
+        for r in kept
+    }
+    found = registration(hypothesis, sweep, revisions, blocks)
+    return (
+        found
+        if store is None
+        else replace(found, attempts=len(store.list(f"attempts/{hypothesis.digest()}")))
     )

@@ -36,6 +36,7 @@ from privauditor.orchestrator.report.formats import markdown_table, tpr_text
 from privauditor.orchestrator.report.headline import view_of
 from privauditor.orchestrator.report.html import Link, privacy_utility_png, render
 from privauditor.orchestrator.report.leaderboard import write
+from privauditor.orchestrator.report.summary import APART_HEADER, apart, apart_table
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.files import replace_folder
 from privauditor.tasks.spec import slug
@@ -104,15 +105,18 @@ def overview(settings: list[dict[str, Any]], cells: list[dict[str, Any]], counts
     models = defaultdict(set)
     for r in settings:
         models[r["model"]].add(r["setting"])
+    last = [r for r in settings if r["last"]]
+    left_out = apart(last, "setting")  # attacks without a row in some settings: not over the same ones
     by_attack = defaultdict(list)
-    for r in settings:
-        if r["last"]:
+    for r in last:
+        if r["attack"] not in left_out:
             by_attack[r["attack"]].append(r["auc"])
     return page(
         "index.html.j2", "privauditor board", counts=counts, ranked=ranked,
         downloads=("settings.parquet", "settings.csv", "leaderboard.parquet", "leaderboard.csv"),
         models=[[Link(m, f"models/{slug(m)}.html"), len(s)] for m, s in sorted(models.items())],
         attacks=[[a, f"{sum(v) / len(v):.3f}", len(v)] for a, v in sorted(by_attack.items())],
+        apart_header=APART_HEADER, apart=apart_table(last, "setting", last=False),
         privacy_utility=privacy_utility_png(cells) if cells else None,
         last=settings_body([r for r in settings if r["last"]], ""),
     )  # fmt: skip
@@ -184,7 +188,7 @@ def build(location: str | Path, out: str | Path, hypothesis: str | None = None) 
     # the history compares releases, which rank at the last checkpoint: the unreleased state does too
     now = summary(store, records, settings, found if view_of(claim) == "last" else rank(cells)[0])
     spans = fractions(records)
-    registration = registration_of(claim, sweep, records) if claim else None
+    registration = registration_of(claim, sweep, records, store) if claim else None
     ranked = section(
         found, block_values(cells, view=view_of(claim)), spans, claim, tested, registration, sweep
     )

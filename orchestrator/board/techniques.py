@@ -1,6 +1,6 @@
 """The overview's "Techniques" section: the battery of :mod:`.ranked` as HTML.
 
-It shows the ranked techniques (trainable fraction, mean AUC, mean rank with its bootstrap interval over
+It shows the ranked techniques (trainable fraction, mean AUC, mean rank with the range of its ranks over
 blocks), Friedman's p, how many Wilcoxon–Holm pairs are significant, the critical-difference diagram
 (a PNG the site holds, ``cd.png``), which technique is in which block and which blocks are complete,
 the partial techniques with their own comparison, and Page's test of a sweep's hypothesis when the
@@ -92,7 +92,8 @@ def _ranking(found: Battery, spans: dict[str, tuple[float, float]], blocks: int,
 
 def _hypothesis(hypothesis: Any, page: Battery | None, registration: Any, sweep: str) -> dict[str, Any]:
     shown = {"order": " < ".join(hypothesis.order), "sweep": sweep, "attack": hypothesis.attack,
-             "checkpoint": hypothesis.checkpoint, "why": None}  # fmt: skip
+             "checkpoint": hypothesis.checkpoint, "why": None,
+             "attempts": registration.attempts if registration is not None else 0}  # fmt: skip
     if page is None or page.page is None:
         return shown | {"why": page.page_problem if page is not None else "no two techniques share a block"}
     result = page.page

@@ -2,7 +2,7 @@
 
 It reads one view (the sweep hypothesis's checkpoint, else each cell's last) under one attack, ranks the
 techniques over the complete (model, dataset) blocks (:mod:`.battery`), and says in at most 40 lines:
-the ranking with trainable fractions and bootstrap intervals of the mean ranks; Friedman's test; the
+the ranking with trainable fractions and mean ranks with their range over blocks; Friedman's test; the
 pairwise Wilcoxon–Holm family and its critical-difference diagram; the one confirmatory test (Page's L of
 the sweep's class order) and whether it was pre-registered; per adjacent pair of classes a random-effects
 meta-analysis over blocks of the paired DeLong difference (Hartung–Knapp interval, τ², Holm over the
@@ -21,7 +21,7 @@ from . import blocks as blk
 from . import ranking
 from .battery import ALPHA, Battery, diagram
 from .formats import markdown_table
-from .headline import auc_text, rank_text
+from .headline import RANK_HEADER, auc_text, rank_text
 
 
 def _p(value: float) -> str:
@@ -30,11 +30,15 @@ def _p(value: float) -> str:
 
 def class_effects(out: Path, found: Battery, picked: dict, hypothesis: Any) -> list[dict[str, Any]]:
     """Per adjacent pair of the hypothesis's classes (lower, higher): the random-effects pooled paired
-    DeLong difference ``mean AUC(higher) - mean AUC(lower)`` over the battery's blocks, Holm over pairs."""
+    DeLong difference ``mean AUC(higher) - mean AUC(lower)`` over the battery's blocks, Holm over pairs.
+
+    The intervals are Bonferroni-adjusted (level 1 - α / m over the m pairs), so that they agree with the
+    Holm p-values printed beside them: an interval that excludes 0 implies a Holm rejection (Holm rejects
+    at least what Bonferroni does); a Holm rejection with an interval that holds 0 can still happen."""
     from statsmodels.stats.multitest import multipletests
 
     order, classes = hypothesis.order, {n: c for n, c in hypothesis.classes.items() if n in found.names}
-    effects = []
+    pooled_pairs = []
     for low, high in zip(order, order[1:], strict=False):
         if not {low, high} <= set(classes.values()):
             continue  # a class with no ranked technique: nothing to compare (the Page line says why)
@@ -57,8 +61,13 @@ def class_effects(out: Path, found: Battery, picked: dict, hypothesis: Any) -> l
                 continue
             per_block.append((np.mean([r[0] for r in runs]), sum(r[1] for r in runs) / len(runs) ** 2))
         if per_block:
-            pooled = ranking.random_effects([e for e, _ in per_block], [v for _, v in per_block])
-            effects.append({"low": low, "high": high, "skipped": skipped, **pooled})
+            pooled_pairs.append((low, high, skipped, per_block))
+    level = 1 - ALPHA / max(1, len(pooled_pairs))  # Bonferroni over the pairs
+    effects = [
+        {"low": low, "high": high, "skipped": skipped, "pairs": len(pooled_pairs)}
+        | ranking.random_effects([e for e, _ in per_block], [v for _, v in per_block], level=level)
+        for low, high, skipped, per_block in pooled_pairs
+    ]
     if effects:
         _, adjusted, _, _ = multipletests([e["p_value"] for e in effects], alpha=ALPHA, method="holm")
         for effect, p in zip(effects, adjusted, strict=True):
@@ -138,7 +147,7 @@ def _ranking_table(found: Battery, context: dict[str, Any]) -> list[str]:
         cells = [str(i), name, *([classes.get(name, "-")] if classes else [])]
         cells += [blk.fraction_text(context["fractions"].get(name)), auc_text(found, name)]
         body.append([*cells, rank_text(found, name)])
-    return markdown_table([*header, "mean rank [95 % CI over blocks]"], body).split("\n")
+    return markdown_table([*header, RANK_HEADER], body).split("\n")
 
 
 def _omnibus(found: Battery, verdicts: dict[str, list[str]]) -> list[str]:
@@ -182,9 +191,13 @@ def _effects(
     effects = class_effects(out, found, picked, hypothesis)
     if not effects:
         return []
+    m = effects[0]["pairs"]
+    simultaneous = (
+        f"Bonferroni-adjusted {1 - ALPHA / m:.1%} CI, 95 % over the {m} pairs" if m > 1 else "95 % CI"
+    )
     lines = [
         "- **How much more?** Random-effects meta-analysis over blocks of the paired DeLong difference of "
-        "class mean AUCs (Hartung–Knapp 95 % CI, τ², Holm over the pairs):"
+        f"class mean AUCs (Hartung–Knapp with the scale at least 1, {simultaneous}; τ²; Holm over the pairs):"
     ]
     for e in effects:
         skipped = f"; {e['skipped']} block(s) without per-sample scores" if e["skipped"] else ""
@@ -221,7 +234,9 @@ def _confirmatory(context: dict[str, Any], verdicts: dict[str, list[str]]) -> li
         verdicts["established"].append(text)
     else:
         verdicts["suggested"].append(text + ", exploratory")
+    tried = context.get("attempts", 0)
+    log = f" Confirmatory attempts of this hypothesis logged in this folder: {tried} (`hypothesis_attempts.jsonl`)."
     return [
         f"{head} = {result['L']:.1f}, p = {_p(result['p_value'])} ({result['method']}, {result['n_blocks']} "
-        f"blocks). {status}: {registration.reason}."
+        f"blocks). {status}: {registration.reason}.{log}"
     ]

@@ -65,6 +65,16 @@ def _identities(record: dict[str, Any]) -> list[tuple[str, str]]:
         f = files.get(part)
         detail = f"sha256 {f['sha256']}, {f['bytes']:,} bytes" if f else "identity not recorded"
         found.append((label, f"{Path(audit[part]).name}: {record[f'n_{part}']} records, {detail}"))
+    receipt = ((record.get("loss_receipts") or {}).get("parts") or {}).get("members")
+    if receipt:  # an audit written before receipts has none
+        fraction = receipt["fraction_in_loss"]
+        found.append(
+            ("members in the loss", f"at max length {record['loss_receipts']['max_length']}: "
+                                    f"{receipt['records_in_loss']} of {receipt['records']} records keep a target "
+                                    f"token a training loss scores; {_number(fraction and 100 * fraction, '.1f')} % "
+                                    f"of their {receipt['target_tokens']:,} target tokens (the rest cut by "
+                                    "truncation or masked)")
+        )  # fmt: skip
     if audit.get("chat"):
         found.append(
             ("chat records", f"rendered with the model's chat template; scored: {audit['chat']['scored']}")
@@ -152,9 +162,17 @@ def _extraction(record: dict[str, Any]) -> tuple[list[list[str]], str]:
     pii = {k: v for k, v in (found.get("pii") or {}).items() if isinstance(v, dict)}
     rows += [[f"PII fields: {kind} ({v['n']})"] + [rate(v, f"reconstructed_{side}") for side in sides]
              for kind, v in pii.items()]  # fmt: skip
-    inferred = {k: v for k, v in (found.get("pii_inference") or {}).items() if isinstance(v, dict)}
-    rows += [[f"PII inferred: {kind} ({v['n']})"] + [rate(v, f"inferred_{side}") for side in sides]
-             for kind, v in inferred.items()]  # fmt: skip
+    inferred = {
+        k: v for k, v in (found.get("pii_inference") or {}).items() if isinstance(v, dict) and "n" in v
+    }
+
+    def label(kind: str, v: dict[str, Any]) -> str:  # fields, and the records they cluster in where stated
+        records = v.get("records_members", 0) + v.get("records_nonmembers", 0)
+        return f"PII inferred: {kind} ({v['n']}" + (f" fields of {records} records)" if records else ")")
+
+    rows += [
+        [label(kind, v)] + [rate(v, f"inferred_{side}") for side in sides] for kind, v in inferred.items()
+    ]
     about = (
         f"Each record's prompt and first {found['prefix']} target tokens as the prefix, the next {found['suffix']} "
         f"as the suffix. Greedy decoding: it gives the suffix back. Top-k sampling (k {found['topk']}, temperature "
@@ -167,12 +185,26 @@ def _extraction(record: dict[str, Any]) -> tuple[list[list[str]], str]:
         )
         + (
             f" PII inferred: the true value of a hidden field scores above {found['pii_inference']['candidates'] - 1}"
-            " decoys of its kind (chance 1 / candidates)."
+            " decoys of its kind (chance 1 / candidates)" + _decoys(found["pii_inference"])
             if inferred
             else ""
         )
     )
     return rows, about
+
+
+def _decoys(inference: dict[str, Any]) -> str:
+    """Where PII inference's decoys came from and its intervals (tasks/pii.py); an audit written before
+    either was stated drew its decoys from every scored record, members' included."""
+    interval = inference.get("interval")
+    if not interval:
+        return ", decoys from every scored record's values, members' included."
+    return (
+        f", decoys drawn from the {inference['decoys']}, the same pool for members and non-members; its"
+        f" rates' intervals: {100 * interval['level']:g} % record-level bootstrap ({interval['resamples']:,}"
+        f" resamples of the records, every field of a record together, seed {interval['seed']}), not the"
+        " Clopper-Pearson / Newcombe intervals of the other rows."
+    )
 
 
 def render(result: Any) -> str:

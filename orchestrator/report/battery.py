@@ -6,7 +6,7 @@ technique is ranked only where every ranked technique is measured; the others ar
 compared within the blocks it shares), and over those blocks computes, with
 :mod:`privauditor.orchestrator.report.ranking`:
 
-- mean AUC and mean rank per technique (1 = leakiest), with a bootstrap interval over blocks;
+- mean AUC and mean rank per technique (1 = leakiest), with the range of its ranks over blocks;
 - Friedman's test, pairwise Wilcoxon signed-rank tests with Holm over every pair, Nemenyi's critical
   difference and the cliques a critical-difference diagram draws (:mod:`.cd_diagram`);
 - with a sweep's hypothesis (:mod:`.hypothesis`): Page's L for its order of classes (each class's mean AUC
@@ -35,7 +35,7 @@ class Battery:
     matrix: np.ndarray  # (blocks, names) AUCs
     mean_auc: dict[str, float]
     mean_rank: dict[str, float]
-    rank_ci: dict[str, tuple[float, float]]
+    rank_range: dict[str, tuple[float, float]]  # lowest and highest rank in any block
     friedman: dict[str, Any] | None  # None: fewer than 3 techniques or 2 blocks
     pairs: list[dict[str, Any]]  # Wilcoxon + Holm, every pair
     cd: float | None  # Nemenyi's critical difference in mean rank
@@ -60,7 +60,7 @@ def run(values: dict[Any, dict[str, float]], hypothesis: Any = None, seed: int =
     blocks, names, matrix = ranking.complete_blocks(values)
     if len(names) < 2 or not blocks:
         return None
-    means, low, high = ranking.mean_rank_intervals(matrix, seed=seed)
+    means, low, high = ranking.rank_ranges(matrix)
     order = sorted(range(len(names)), key=lambda j: (means[j], names[j]))
     names, matrix = [names[j] for j in order], matrix[:, order]
     means, low, high = means[order], low[order], high[order]
@@ -73,7 +73,7 @@ def run(values: dict[Any, dict[str, float]], hypothesis: Any = None, seed: int =
         matrix=matrix,
         mean_auc={n: float(matrix[:, j].mean()) for j, n in enumerate(names)},
         mean_rank={n: float(means[j]) for j, n in enumerate(names)},
-        rank_ci={n: (float(low[j]), float(high[j])) for j, n in enumerate(names)},
+        rank_range={n: (float(low[j]), float(high[j])) for j, n in enumerate(names)},
         friedman=ranking.friedman(matrix) if enough else None,
         pairs=pairs,
         cd=ranking.nemenyi_cd(len(names), len(blocks)) if len(blocks) >= 1 else None,

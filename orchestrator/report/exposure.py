@@ -3,8 +3,10 @@
 From each cell's last checkpoint with canaries (``exposure`` in its ``extraction.json``;
 privauditor.tasks.canaries): per technique and number of repeats r, the mean exposure (bits) of the
 included canaries over cells, against the null (a canary the model never saw: its exposure averages
-1/ln 2 = 1.44 bits; the 99th percentile of a mean of that many canaries from
-:func:`~privauditor.tasks.canaries.null_quantile`). ``exposure.png`` draws exposure against r per
+1/ln 2 = 1.44 bits; a mean of n such exposures is Gamma(n), :func:`~privauditor.tasks.canaries.null_sf`).
+A table entry is starred where its one-sided p against that null stays at or below 0.01 after Holm's
+correction over every entry of the table (Holm 1979, ``statsmodels.stats.multitest.multipletests``), so a
+star is a family-wise claim, not one of many 1 % tests. ``exposure.png`` draws exposure against r per
 technique (The Secret Sharer's figure), the null's 95 % range shaded.
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from privauditor.tasks.canaries import null_quantile
+from privauditor.tasks.canaries import null_quantile, null_sf
 from privauditor.tasks.files import atomic_write
 from privauditor.tasks.spec import technique_of
 
@@ -26,6 +28,8 @@ from .formats import number as _fmt
 from .plots import technique_style
 
 FIGURE = "exposure.png"
+#: the family-wise level of the table's stars
+ALPHA = 0.01
 
 
 def _last_exposures(
@@ -73,18 +77,32 @@ def exposure_png(found: dict[str, dict[int, list[float]]], space: int, path: Pat
     return atomic_write(path, fig.savefig, suffix=".png")
 
 
+def starred(found: dict[str, dict[int, list[float]]], alpha: float = ALPHA) -> dict[tuple[str, int], float]:
+    """(technique, r) -> Holm-adjusted one-sided p of the mean exposure against the null, every entry of
+    the table in one family; an entry is starred where it is at most ``alpha``."""
+    from statsmodels.stats.multitest import multipletests
+
+    keys = [(t, r) for t, by in sorted(found.items()) for r in sorted(by) if by[r]]
+    if not keys:
+        return {}
+    raw = [null_sf(float(np.mean(found[t][r])), len(found[t][r])) for t, r in keys]
+    _, adjusted, _, _ = multipletests(raw, alpha=alpha, method="holm")
+    return {key: float(p) for key, p in zip(keys, adjusted, strict=True)}
+
+
 def exposure_section(out: Path, rows: list[dict[str, Any]]) -> list[str]:
     """The section's lines (and ``exposure.png`` in ``out``); none without canaries."""
     found, spaces = _last_exposures(out, rows)
     if not found:
         return []
     repeats = sorted({r for by in found.values() for r in by})
+    p_holm = starred(found)
     body = []
     for technique, by in sorted(found.items()):
         cells = []
         for r in repeats:
             values = by.get(r, [])
-            above = values and np.mean(values) > null_quantile(0.99, len(values))
+            above = values and p_holm[(technique, r)] <= ALPHA
             cells.append(f"{_fmt(float(np.mean(values)))}{' *' if above else ''}" if values else "-")
         body.append([technique, *cells])
     exposure_png(found, max(spaces), Path(out) / FIGURE)
@@ -95,7 +113,8 @@ def exposure_section(out: Path, rows: list[dict[str, Any]]) -> list[str]:
         f"{', '.join(str(s) for s in sorted(spaces))} candidates) trained r times; each cell's last "
         "checkpoint, the mean exposure in bits of its included canaries (exposure = log2 |R| - log2 rank of "
         "the true secret; The Secret Sharer). A model that never saw a canary gives 1.44 bits on average; "
-        "`*`: above the null's 99th percentile for a mean of that many canaries.",
+        f"`*`: above the null with Holm-adjusted p ≤ {ALPHA} over the table's {len(p_holm)} entries "
+        f"({sum(p <= ALPHA for p in p_holm.values())} starred).",
         "",
         markdown_table(["technique", *(f"r = {r}" for r in repeats)], body),
         "",

@@ -9,8 +9,9 @@ leaks. Everything after it is exploratory, and each family of tests says what it
 
 - **strongest attack per block**: the attack with the highest mean AUC over the ranked techniques;
 - **other views**: the same battery at each cell's best-validation checkpoint (or last) and at **matched
-  utility** (:mod:`.matched`: a common validation-NLL level clearly below the base's, inside every
-  trajectory, the AUC interpolated with an interval; "no common utility level" where there is none);
+  utility** (:mod:`.matched`: levels at fixed distances below the base's validation NLL, each technique's
+  AUC interpolated where it first crosses one, and every pair tested for equivalence within ±0.02 AUC by
+  TOST and for a difference by a paired t test over blocks);
 - **equal epochs**: every technique's mean AUC at each checkpoint of the common schedule;
 - **inside each split**: DeLong's paired test of every pair of techniques on the same members and
   non-members, Holm within each (model, dataset, seed) group: conditional on the trained models;
@@ -35,7 +36,7 @@ import numpy as np
 from . import blocks as blk
 from .against import against
 from .answer import answer
-from .battery import ALPHA, Battery, battery_of, run
+from .battery import ALPHA, Battery, battery_of
 from .exposure import exposure_section
 from .extraction import extraction_section
 from .findings_tables import defence_table, duplication_table, violations
@@ -43,7 +44,7 @@ from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
 from .headline import ATTACK, view_of
 from .hypothesis import of_results
-from .matched import MARGIN, matched
+from .matched import matched_section
 
 PRIMARY_ATTACK = ATTACK  # the headline's (:mod:`.headline`)
 
@@ -88,6 +89,7 @@ def findings(
         "page": page,
         "picked": picked,
         "several": blk.several(rows, attack),
+        "attempts": _attempts(out, rows, hypothesis, registration, page),
     }
     lines = ["# Findings", ""] + violations(rows) + answer(out, main, context)
     if other is not None:
@@ -106,6 +108,18 @@ def findings(
     return "\n".join(lines + extra + ["## Caveat", "", CAVEAT, ""])
 
 
+def _attempts(out: Path, rows: list[dict[str, Any]], hypothesis: Any, registration: Any, page: Any) -> int:
+    """Log this run's confirmatory test in ``hypothesis_attempts.jsonl`` (a pre-registered hypothesis whose
+    Page test ran) and return how many attempts the folder's log holds for the hypothesis."""
+    from .hypothesis import attempts, log_attempt
+
+    if hypothesis is None:
+        return 0
+    if registration is not None and registration.confirmatory and page is not None and page.page is not None:
+        return log_attempt(out, hypothesis, {r["cell_id"] for r in rows}, page.page)
+    return attempts(out, hypothesis)
+
+
 def _strongest(rows: list[dict[str, Any]], view: str, main: Battery | None) -> list[str]:
     """Per block, the attack with the highest mean AUC over the ranked techniques (model-free left out)."""
     if main is None:
@@ -122,14 +136,18 @@ def _strongest(rows: list[dict[str, Any]], view: str, main: Battery | None) -> l
     for block in main.blocks:
         if means[block]:
             best = max(means[block], key=lambda a: means[block][a][0])
-            body.append([*block, f"`{best}`", _fmt(means[block][best][0]), means[block][best][1]])
+            left_out = ", ".join(f"`{a}`" for a in attacks if a not in means[block]) or "-"
+            body.append([*block, f"`{best}`", _fmt(means[block][best][0]), means[block][best][1], left_out])
     return [
         "## Strongest attack per block",
         "",
-        f"Mean AUC over the {len(main.names)} ranked techniques at the {view} checkpoint (model-free attacks left out):",
+        f"Mean AUC over the {len(main.names)} ranked techniques at the {view} checkpoint (model-free attacks left out); "
+        "every attack compared over the same cells: one without a row for some ranked technique (it abstained "
+        "on every text there, or was skipped) is left out of that block and named:",
         "",
         markdown_table(
-            ["model", "dataset", "strongest attack", "mean AUC", "leakiest technique under it"], body
+            ["model", "dataset", "strongest attack", "mean AUC", "leakiest technique under it", "left out"],
+            body,
         ),
         "",
     ]
@@ -157,52 +175,7 @@ def _other_views(out: Path, rows: list[dict[str, Any]], attack: str, view: str, 
     title = "each cell's best-validation checkpoint" if other == "best" else "each cell's last checkpoint"
     if battery is not None:
         lines += [f"### At {title}", ""] + _summary(battery)
-    reading = matched(found, out)
-    lines += [
-        "### At matched utility",
-        "",
-        f"Per split, the level is the highest of the techniques' lowest validation NLLs; it must be at least "
-        f"{MARGIN} nats below the base's and above every trajectory's first checkpoint. AUC at the level: "
-        "interpolated between the checkpoints around each trajectory's first crossing.",
-        "",
-    ]
-    if reading["levels"]:
-        levels = list(reading["levels"].values())
-        lines += [f"Levels: {min(levels):.2f}-{max(levels):.2f} nats over {len(levels)} split(s).", ""]
-    for (block, seed), reason in sorted(reading["none"].items()):
-        lines.append(f"- {block[0]} × {block[1]}, seed {seed}: **no common utility level** ({reason}).")
-    if reading["none"]:
-        lines.append("")
-    values = blk.values(reading["values"])
-    battery = run(values) if values else None
-    if battery is not None:
-        lines += _summary(battery)
-        body = []
-        for block, techniques in sorted(reading["values"].items()):
-            for name, by_seed in sorted(techniques.items()):
-                for seed, r in sorted(by_seed.items()):
-                    mark = "" if r["delong"] else "~"
-                    body.append(
-                        [
-                            *block,
-                            seed,
-                            name,
-                            _fmt(r["auc"]),
-                            f"{mark}[{r['ci_low']:.3f}, {r['ci_high']:.3f}]",
-                            f"{r['between'][0]:g}-{r['between'][1]:g}",
-                        ]
-                    )
-        lines += [
-            "<details><summary>Every reading at the level</summary>",
-            "",
-            markdown_table(
-                ["model", "dataset", "seed", "technique", "AUC at the level", "95% CI", "between epochs"],
-                body,
-            ),
-            "",
-            "</details>",
-            "",
-        ]
+    lines += matched_section(found, out)
     return lines
 
 
@@ -328,7 +301,7 @@ def _across_seeds(picked: dict, view: str) -> list[str]:
         "seeds",
         "difference",
         "mean",
-        "95% t-interval",
+        "95% t-interval (unadjusted)",
         "p",
         "p (Holm over the block's pairs)",
     ]

@@ -4,7 +4,7 @@ It is the Answer of ``findings.md``: the AUC of :data:`ATTACK` (or the attack ``
 --attack`` names) at the checkpoint :func:`view_of` picks, each technique's value in a (model, dataset)
 block given by :func:`privauditor.orchestrator.report.blocks.block_values` (the mean over its settings of
 the mean over seeds), ranked over the complete blocks by :func:`privauditor.orchestrator.report.battery.run`
-(mean ranks with bootstrap intervals over blocks). Shown by:
+(mean ranks with the range of ranks over blocks). Shown by:
 
 - ``findings.md``'s Answer, which the end of ``privauditor run`` and ``privauditor report`` print;
 - ``leaderboard.html``'s first table (:func:`privauditor.orchestrator.report.html.headline`);
@@ -38,7 +38,11 @@ def auc_text(found: Any, name: str) -> str:
     return f"{found.mean_auc[name]:.3f}"
 
 
+#: the column ``rank_text`` fills: a range, not a confidence interval (``ranking.rank_ranges`` says why)
+RANK_HEADER = "mean rank (range over blocks)"
+
+
 def rank_text(found: Any, name: str) -> str:
-    """A ranked technique's mean rank and its 95 % bootstrap interval over blocks."""
-    low, high = found.rank_ci[name]
-    return f"{found.mean_rank[name]:.1f} [{low:.1f}, {high:.1f}]"
+    """A ranked technique's mean rank and the lowest and highest rank it took in any block."""
+    low, high = found.rank_range[name]
+    return f"{found.mean_rank[name]:.1f} ({low:g}–{high:g})"

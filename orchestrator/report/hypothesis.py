@@ -7,22 +7,38 @@
       checkpoint: last                  # last | best (each cell's lowest validation NLL)
       classes: {prompt: prompt_based, lora: adapters, full: full, head: head}   # technique -> class
       order: [prompt_based, adapters, full, head]   # classes from the lowest AUC to the highest
-      formed_on: {seeds: [0], note: "the default run of commit 905c6f7"}     # what it was read from
+      formed_on:                        # read from the results it was formed on: `privauditor report
+        blocks:                         # RESULTS --formed-on` prints this block
+          - {model: tiny-llama, base: "sha256:…", dataset: finance}
+        seeds: [0]
+        commits: [905c6f7…]
+        note: "the default run of commit 905c6f7"
+      test_blocks:                      # the fresh blocks it will be tested on
+        - {model: smollm2-135m, base: "sha256:…", dataset: finance}
+
+A *block* is a (base, dataset) pair: the base's weights identity (``sha256:`` of a checkpoint, so a tiny
+base pre-trained from another seed is another base) and the dataset's name. New seeds of the same block
+are not fresh data: the test's unit is the block, so they would test reproducibility, not the order.
+A hypothesis whose ``test_blocks`` overlap ``formed_on.blocks`` is refused (one line).
 
 ``findings.md`` tests it with Page's L over the complete blocks (per block, each class's mean AUC).
-It counts as **pre-registered**, and the test as confirmatory, only when both hold:
+It counts as **pre-registered**, and the test as confirmatory, only when all hold:
 
 - *committed before the run*: a commit of this checkout whose copy of the shipped sweep file of the
   same name holds the same block is an ancestor of the revision every cell of the run records;
-- *on fresh data*: no seed of the run is among ``formed_on.seeds``, or, where ``formed_on.models`` names the
-  bases it was read from, the run trains none of them (the tiny bases' order tested on a real base).
+- *formed on named blocks*: ``formed_on.blocks`` is not empty (a hypothesis that names only seeds or
+  models was self-declared, not read from records);
+- *on fresh blocks*: every block of the run is among ``test_blocks`` and none among ``formed_on.blocks``.
 
-Otherwise the test is exploratory and the page says why. A technique without a class is left out of the
-test (it is still ranked).
+Otherwise the test is exploratory and the page says why. Each confirmatory attempt (a run of the test on
+a set of cells not tried before) is appended to ``hypothesis_attempts.jsonl`` in the results folder
+(:func:`log_attempt`), and the page says how many attempts that hypothesis has had there. A technique
+without a class is left out of the test (it is still ranked).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from dataclasses import dataclass, field
@@ -36,10 +52,26 @@ CHECKPOINTS = ("last", "best")
 
 
 @dataclass(frozen=True)
+class Block:
+    model: str  # the model's name, for the reader
+    base: str  # the base's weights identity (what makes it this base)
+    dataset: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.base, self.dataset)
+
+    def text(self) -> str:
+        return f"({self.model}, {self.dataset})"
+
+
+@dataclass(frozen=True)
 class FormedOn:
     seeds: tuple[int, ...] = ()  # the seeds whose results the order was read from
-    models: tuple[str, ...] = ()  # the bases it was read from (empty: any)
+    models: tuple[str, ...] = ()  # the bases' names (for the reader; blocks decide)
     note: str = ""  # where (a run, a commit)
+    blocks: tuple[Block, ...] = ()  # read from the records it was formed on
+    commits: tuple[str, ...] = ()  # the code revisions of those records
 
 
 @dataclass(frozen=True)
@@ -49,6 +81,7 @@ class Hypothesis:
     attack: str = "loss"
     checkpoint: str = "last"  # last | best
     formed_on: FormedOn = field(default_factory=FormedOn)
+    test_blocks: tuple[Block, ...] = ()  # the fresh blocks it will be tested on
 
     def __post_init__(self) -> None:
         if self.checkpoint not in CHECKPOINTS:
@@ -70,6 +103,13 @@ class Hypothesis:
                 f"classes {unknown} are not in hypothesis.order" if unknown else f"{unused} have no technique"
             )
             raise PrivauditorError(f"hypothesis: {what}")
+        formed = {b.key for b in self.formed_on.blocks}
+        reused = [b.text() for b in self.test_blocks if b.key in formed]
+        if reused:
+            raise PrivauditorError(
+                f"hypothesis.test_blocks: {', '.join(reused)} {'is' if len(reused) == 1 else 'are'} among "
+                "formed_on.blocks; a confirmatory test needs blocks the order was not read from"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,8 +121,19 @@ class Hypothesis:
                 "seeds": list(self.formed_on.seeds),
                 "models": list(self.formed_on.models),
                 "note": self.formed_on.note,
+                "blocks": [_block_dict(b) for b in self.formed_on.blocks],
+                "commits": list(self.formed_on.commits),
             },  # fmt: skip
+            "test_blocks": [_block_dict(b) for b in self.test_blocks],
         }
+
+    def digest(self) -> str:
+        """A short hash of the whole hypothesis: attempts of the same hypothesis share it."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _block_dict(block: Block) -> dict[str, str]:
+    return {"model": block.model, "base": block.base, "dataset": block.dataset}
 
 
 @dataclass(frozen=True)
@@ -90,6 +141,7 @@ class Registration:
     confirmatory: bool
     commit: str | None  # the commit that holds the hypothesis, where one was found
     reason: str  # one sentence: why it is (not) pre-registered
+    attempts: int = 0  # confirmatory attempts of this hypothesis logged (a results folder's or a board's)
 
 
 def parse(data: Any) -> Hypothesis | None:
@@ -128,16 +180,12 @@ def registration(
     hypothesis: Hypothesis,
     sweep: str,
     revisions: set[str | None],
-    seeds: set[int],
+    blocks: set[Block],
     root: Path | None = None,
-    models: set[str] = frozenset(),
 ) -> Registration:
     """Whether ``hypothesis`` was pre-registered for a run of the sweep ``sweep`` whose cells record the
-    code ``revisions`` (``privauditor_git``) and ran ``seeds`` on ``models`` (see the module docstring)."""
+    code ``revisions`` (``privauditor_git``) and form ``blocks`` (see the module docstring)."""
     root = root or Path(__file__).resolve().parents[2]
-    formed = hypothesis.formed_on
-    other_models = bool(formed.models and models) and not (models & set(formed.models))
-    reused = [] if other_models else sorted(seeds & set(formed.seeds))
     commit = first_commit(hypothesis, sweep, root)
     if commit is None:
         return Registration(
@@ -151,12 +199,90 @@ def registration(
             return Registration(
                 False, commit, f"it was committed ({commit[:7]}) after the run's code {str(revision)[:7]}"
             )
+    formed = {b.key for b in hypothesis.formed_on.blocks}
+    if not formed:
+        return Registration(
+            False,
+            commit,
+            "formed_on names no blocks read from results (`privauditor report RESULTS --formed-on` prints "
+            "them), so nothing shows the run's blocks are fresh",
+        )
+    ordered = sorted(blocks, key=lambda b: (b.model, b.dataset, b.base))
+    reused = [b.text() for b in ordered if b.key in formed]
     if reused:
-        seeds_text = ", ".join(map(str, reused))
-        return Registration(False, commit, f"it was formed on seed(s) {seeds_text}, which this run uses")
-    fresh = "bases" if other_models else "seeds"
+        return Registration(
+            False, commit, f"it was formed on block(s) {', '.join(reused)}, which this run uses"
+        )
+    declared = {b.key for b in hypothesis.test_blocks}
+    undeclared = [b.text() for b in ordered if b.key not in declared]
+    if undeclared:
+        return Registration(
+            False, commit, f"block(s) {', '.join(undeclared)} of this run are not among its test_blocks"
+        )
     return Registration(
-        True, commit, f"committed in {commit[:7]} before the run, on {fresh} not used to form it"
+        True,
+        commit,
+        f"committed in {commit[:7]} before the run, on {len(blocks)} declared blocks not used to form it",
+    )
+
+
+def blocks_of(out: Path, cell_ids: set[str]) -> tuple[set[Block], set[str | None], set[int]]:
+    """The blocks, code revisions and seeds of a results folder's cells ``cell_ids`` (their ``cell.json``)."""
+    blocks, revisions, seeds = set(), set(), set()
+    for cell_id in sorted(cell_ids):
+        record = json.loads((Path(out) / "cells" / cell_id / "cell.json").read_text())
+        config = record.get("config", {})
+        blocks.add(Block(str(config.get("model")), str(config.get("base")), str(config.get("dataset"))))
+        revisions.add(record.get("versions", {}).get("privauditor_git"))
+        if config.get("seed") is not None:
+            seeds.add(int(config["seed"]))
+    return blocks, revisions, seeds
+
+
+def formed_on_of(out: Path, rows: list[dict[str, Any]], note: str = "") -> dict[str, Any]:
+    """The ``formed_on`` block of a hypothesis read from the results folder ``out`` (its cells in
+    ``rows``): every block with its base's identity, the seeds and the code revisions."""
+    blocks, revisions, seeds = blocks_of(out, {r["cell_id"] for r in rows})
+    return {
+        "blocks": [_block_dict(b) for b in sorted(blocks, key=lambda b: (b.model, b.dataset, b.base))],
+        "seeds": sorted(seeds),
+        "commits": sorted(str(r) for r in revisions if r is not None),
+        "models": sorted({b.model for b in blocks}),
+        "note": note or f"read from {Path(out).name}",
+    }
+
+
+ATTEMPTS = "hypothesis_attempts.jsonl"
+
+
+def log_attempt(out: Path, hypothesis: Hypothesis, cell_ids: set[str], page: dict[str, Any]) -> int:
+    """Append a confirmatory attempt to ``out/hypothesis_attempts.jsonl`` unless this hypothesis was
+    already tried on exactly these cells (a report run again is the same attempt); returns how many
+    attempts the log holds for this hypothesis."""
+    path = Path(out) / ATTEMPTS
+    digest = hypothesis.digest()
+    cells = hashlib.sha256("\n".join(sorted(cell_ids)).encode()).hexdigest()[:12]
+    entries = (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    )
+    mine = [e for e in entries if e.get("hypothesis") == digest]
+    if not any(e.get("cells") == cells for e in mine):
+        entry = {"hypothesis": digest, "cells": cells, "n_cells": len(cell_ids), "L": page.get("L"),
+                 "p_value": page.get("p_value"), "n_blocks": page.get("n_blocks")}  # fmt: skip
+        with path.open("a") as log:
+            log.write(json.dumps(entry, sort_keys=True) + "\n")
+        mine.append(entry)
+    return len(mine)
+
+
+def attempts(out: Path, hypothesis: Hypothesis) -> int:
+    """How many confirmatory attempts ``out``'s log holds for ``hypothesis``."""
+    path = Path(out) / ATTEMPTS
+    if not path.exists():
+        return 0
+    digest = hypothesis.digest()
+    return sum(
+        json.loads(line).get("hypothesis") == digest for line in path.read_text().splitlines() if line.strip()
     )
 
 
@@ -179,10 +305,5 @@ def of_results(out: Path, rows: list[dict[str, Any]]) -> tuple[Hypothesis | None
     hypothesis, sweep = of_sweep(out)
     if hypothesis is None:
         return None, None
-    revisions = set()
-    for cell_id in sorted({r["cell_id"] for r in rows}):
-        record = json.loads((out / "cells" / cell_id / "cell.json").read_text())
-        revisions.add(record.get("versions", {}).get("privauditor_git"))
-    seeds = {r["seed"] for r in rows if r["seed"] is not None}
-    models = {r["model"] for r in rows}
-    return hypothesis, registration(hypothesis, sweep, revisions, seeds, models=models)
+    blocks, revisions, _ = blocks_of(out, {r["cell_id"] for r in rows})
+    return hypothesis, registration(hypothesis, sweep, revisions, blocks)
