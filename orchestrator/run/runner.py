@@ -44,12 +44,16 @@ def write_findings(
     """``findings.md`` and the privacy–utility plots from the leaderboard rows ``found`` (``other``: a
     (name, rows) pair of another folder to rank against); returns the text."""
     from ..report.findings import findings
+    from ..report.hypothesis import ATTEMPTS
     from ..report.leaderboard import write_html
     from ..report.plots import privacy_utility_pngs
 
+    results.fetch(ATTEMPTS)  # the confirmatory attempts logged so far (an object store's copy)
     text = findings(results.local, found, attack, other)
     write_text(results.local / "findings.md", text)
     results.upload("findings.md")
+    if (results.local / ATTEMPTS).exists():
+        results.upload(ATTEMPTS)
     for path in privacy_utility_pngs(found, attack, results.local / "plots" / "privacy_utility"):
         results.upload(path.relative_to(results.local).as_posix())
     write_html(results.local, found)  # now with the plots
