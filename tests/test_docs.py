@@ -70,5 +70,5 @@ def test_the_readmes_headline_is_the_default_runs_answer_in_the_docs():
     assert readme == docs and len(readme[1]) >= 4
     assert (
         readme[1][0]
-        == "| rank | technique | class | trainable | mean AUC | mean rank [95 % CI over blocks] |"
+        == "| rank | technique | class | trainable | mean AUC | mean rank (range over blocks) |"
     )
