@@ -3,6 +3,7 @@ tests it, on declared blocks it was not formed on (read from records), every con
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -125,6 +126,44 @@ def test_test_blocks_among_the_formed_ones_are_refused_in_one_line():
     assert parse(
         {**data, "test_blocks": [{"model": "tiny-llama", "base": "sha256:aa", "dataset": "climate"}]}
     )
+
+
+def test_a_tiny_base_rebuilt_from_its_recipe_is_the_same_block_and_another_seed_is_not(checkout, tmp_path):
+    """A tiny base rebuilt elsewhere may differ in its last bits (another sha256) from one recipe: the
+    recipe (its cache folder, which hashes the pre-training seed) still makes it the same block."""
+    from privauditor.orchestrator.report.hypothesis import blocks_of
+
+    root, _, _ = checkout
+    recipe = {
+        "model": "tiny-llama",
+        "base": "sha256:aa",
+        "dataset": "finance",
+        "recipe": "tiny-llama-default-0a",
+    }
+    data = {"classes": {"prompt": "a", "full": "b"}, "order": ["a", "b"], "formed_on": {"blocks": [recipe]}}
+    rebuilt = {**recipe, "base": "sha256:zz"}
+    with pytest.raises(PrivauditorError, match=r"\(tiny-llama, finance\) is among formed_on.blocks"):
+        parse({**data, "test_blocks": [rebuilt]})
+    reseeded = {**rebuilt, "recipe": "tiny-llama-default-0b"}
+    found = parse({**data, "test_blocks": [reseeded]})
+    commit_block(root, found)
+    head = git(root, "rev-parse", "HEAD")
+    assert registration(found, "mine", {head}, {Block(**reseeded)}, root).confirmatory
+    again = registration(found, "mine", {head}, {Block(**rebuilt)}, root)
+    assert not again.confirmatory and "formed on block(s) (tiny-llama, finance)" in again.reason
+    # a results folder's cells give the recipe of a tiny base (its cache folder) and none for another
+    for name, model, path in (("a", "tiny-llama", "tiny-llama-default-0a"), ("b", "smollm2-135m", "x")):
+        (tmp_path / "cells" / name).mkdir(parents=True)
+        config = {"model": model, "base": f"sha256:{name}", "dataset": "sql", "seed": 0}
+        (tmp_path / "cells" / name / "cell.json").write_text(
+            json.dumps({"config": config, "model": {"path_name": path}, "versions": {}})
+        )
+    blocks, _, seeds = blocks_of(tmp_path, {"a", "b"})
+    assert {(b.model, b.recipe) for b in blocks} == {
+        ("tiny-llama", "tiny-llama-default-0a"),
+        ("smollm2-135m", ""),
+    }
+    assert seeds == {0}
 
 
 def test_the_attempts_log_grows_by_one_per_confirmatory_run_and_not_on_a_rerun(tmp_path):

@@ -17,7 +17,9 @@
         - {model: smollm2-135m, base: "sha256:…", dataset: finance}
 
 A *block* is a (base, dataset) pair: the base's weights identity (``sha256:`` of a checkpoint, so a tiny
-base pre-trained from another seed is another base) and the dataset's name. New seeds of the same block
+base pre-trained from another seed is another base) and the dataset's name; an offline tiny base also
+names its recipe (its cache folder: config, corpus and pre-training seed), and a block with the same
+recipe is the same block even where a rebuild on another machine changed the weights' last bits. New seeds of the same block
 are not fresh data: the test's unit is the block, so they would test reproducibility, not the order.
 A hypothesis whose ``test_blocks`` overlap ``formed_on.blocks`` is refused (one line).
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,10 +59,17 @@ class Block:
     model: str  # the model's name, for the reader
     base: str  # the base's weights identity (what makes it this base)
     dataset: str
+    recipe: str = ""  # an offline tiny base's cache name (its config, corpus and pre-training seed)
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.base, self.dataset)
+    def same(self, other: Block) -> bool:
+        """The same block: the same dataset and the same weights, or the same tiny-base recipe (a base
+        rebuilt from one recipe on another machine may differ in its last bits, and is still that base)."""
+        if self.dataset != other.dataset:
+            return False
+        return self.base == other.base or bool(self.recipe and self.recipe == other.recipe)
+
+    def among(self, blocks: Iterable[Block]) -> bool:
+        return any(self.same(b) for b in blocks)
 
     def text(self) -> str:
         return f"({self.model}, {self.dataset})"
@@ -103,8 +113,7 @@ class Hypothesis:
                 f"classes {unknown} are not in hypothesis.order" if unknown else f"{unused} have no technique"
             )
             raise PrivauditorError(f"hypothesis: {what}")
-        formed = {b.key for b in self.formed_on.blocks}
-        reused = [b.text() for b in self.test_blocks if b.key in formed]
+        reused = [b.text() for b in self.test_blocks if b.among(self.formed_on.blocks)]
         if reused:
             raise PrivauditorError(
                 f"hypothesis.test_blocks: {', '.join(reused)} {'is' if len(reused) == 1 else 'are'} among "
@@ -133,7 +142,8 @@ class Hypothesis:
 
 
 def _block_dict(block: Block) -> dict[str, str]:
-    return {"model": block.model, "base": block.base, "dataset": block.dataset}
+    found = {"model": block.model, "base": block.base, "dataset": block.dataset}
+    return found | ({"recipe": block.recipe} if block.recipe else {})
 
 
 @dataclass(frozen=True)
@@ -199,7 +209,7 @@ def registration(
             return Registration(
                 False, commit, f"it was committed ({commit[:7]}) after the run's code {str(revision)[:7]}"
             )
-    formed = {b.key for b in hypothesis.formed_on.blocks}
+    formed = hypothesis.formed_on.blocks
     if not formed:
         return Registration(
             False,
@@ -208,13 +218,12 @@ def registration(
             "them), so nothing shows the run's blocks are fresh",
         )
     ordered = sorted(blocks, key=lambda b: (b.model, b.dataset, b.base))
-    reused = [b.text() for b in ordered if b.key in formed]
+    reused = [b.text() for b in ordered if b.among(formed)]
     if reused:
         return Registration(
             False, commit, f"it was formed on block(s) {', '.join(reused)}, which this run uses"
         )
-    declared = {b.key for b in hypothesis.test_blocks}
-    undeclared = [b.text() for b in ordered if b.key not in declared]
+    undeclared = [b.text() for b in ordered if not b.among(hypothesis.test_blocks)]
     if undeclared:
         return Registration(
             False, commit, f"block(s) {', '.join(undeclared)} of this run are not among its test_blocks"
@@ -232,11 +241,24 @@ def blocks_of(out: Path, cell_ids: set[str]) -> tuple[set[Block], set[str | None
     for cell_id in sorted(cell_ids):
         record = json.loads((Path(out) / "cells" / cell_id / "cell.json").read_text())
         config = record.get("config", {})
-        blocks.add(Block(str(config.get("model")), str(config.get("base")), str(config.get("dataset"))))
+        recipe = (record.get("model") or {}).get("path_name", "") if _tiny(config.get("model")) else ""
+        blocks.add(
+            Block(str(config.get("model")), str(config.get("base")), str(config.get("dataset")), recipe)
+        )
         revisions.add(record.get("versions", {}).get("privauditor_git"))
         if config.get("seed") is not None:
             seeds.add(int(config["seed"]))
     return blocks, revisions, seeds
+
+
+def _tiny(model: Any) -> bool:
+    """Whether ``model`` names an offline tiny base (its cache folder's name is its recipe)."""
+    from privauditor.tasks.models import resolve_model
+
+    try:
+        return resolve_model(str(model)).source == "tiny"
+    except (PrivauditorError, ValueError):
+        return False
 
 
 def formed_on_of(out: Path, rows: list[dict[str, Any]], note: str = "") -> dict[str, Any]:
