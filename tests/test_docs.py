@@ -69,6 +69,5 @@ def test_the_readmes_headline_is_the_default_runs_answer_in_the_docs():
     docs = answer((ROOT / "docs" / "findings.md").read_text(), "## The default run's Answer")
     assert readme == docs and len(readme[1]) >= 4
     assert (
-        readme[1][0]
-        == "| rank | technique | class | trainable | mean AUC | mean rank (range over blocks) |"
+        readme[1][0] == "| rank | technique | class | trainable | mean AUC | mean rank (range over blocks) |"
     )
