@@ -246,7 +246,7 @@ def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
             "seed",
             "order",
             "difference",
-            "95% CI (higher − lower)",
+            "95% CI, unadjusted (higher − lower)",
             "p (Holm in group)",
         ]
         lines += [
