@@ -117,16 +117,14 @@ def _scored_fields(
                 yield i, span, reach[0][0], reach[0][1]
 
 
-def _by_kind(name: str, fields: Sequence[tuple[str, bool, bool]]) -> dict[str, Any]:
-    """Over all kinds and per kind (``fields``: kind, verdict, member), ``rates`` of the verdicts with the
-    number of fields."""
-    from .metrics import rates
-
+def _by_kind(kinds: Sequence[str], measure: Any) -> dict[str, Any]:
+    """Over all kinds and per kind of the fields (``kinds``: each field's), the number of fields and
+    ``measure(chosen)`` of a boolean mask choosing them."""
+    kinds = np.array(kinds, dtype=object)
     out: dict[str, Any] = {}
-    for kind in ("all", *dict.fromkeys(k for k, _, _ in fields)):
-        chosen = [f for f in fields if kind in ("all", f[0])]
-        verdicts, sides = np.array([f[1] for f in chosen], bool), np.array([f[2] for f in chosen], bool)
-        out[kind] = {"n": len(chosen)} | rates(name, verdicts, sides)
+    for kind in ("all", *dict.fromkeys(kinds.tolist())):
+        chosen = np.ones(len(kinds), bool) if kind == "all" else kinds == kind
+        out[kind] = {"n": int(chosen.sum())} | measure(chosen)
     return out
 
 
@@ -145,11 +143,18 @@ def reconstruction(
     scored length is not counted."""
     if not getattr(tokenizer, "is_fast", False):
         return dict(NOT_FAST)
+    from .metrics import rates
+
     fields = [
         (span.kind, bool((np.asarray(ranks[i][first:last]) == 1).all()), bool(member[i]))
         for i, span, first, last in _scored_fields(targets, [len(r) for r in ranks], tokenizer, patterns)
     ]
-    return {"fields": len(fields)} | _by_kind("reconstructed", fields)
+    verdicts, sides = np.array([f[1] for f in fields], bool), np.array([f[2] for f in fields], bool)
+
+    def measure(chosen: np.ndarray) -> dict[str, Any]:
+        return rates("reconstructed", verdicts[chosen], sides[chosen])
+
+    return {"fields": len(fields)} | _by_kind([f[0] for f in fields], measure)
 
 
 #: bumped whenever a change alters what ``inference`` writes (the spec carries it while ``score.pii_candidates``
@@ -252,11 +257,11 @@ def inference(  # noqa: PLR0913  # a scorer, its records and plain numbers, as s
     trained_texts = [t for t, m in zip(targets, member, strict=True) if m] + [e.target for e in trained]
     pools = decoy_pool(patterns, untrained, trained_texts)
     rng = np.random.default_rng(seed)
+    held = {i: {targets[i][s.start : s.end] for s in find_spans(targets[i], patterns)} for i, *_ in found}
     fields, texts, too_few = [], [], 0  # (kind, member, record, own total, where its decoys' totals start)
     for i, span, _, _ in found:
         e = examples[i]
-        held = {e.target[s.start : s.end] for s in find_spans(e.target, patterns)}  # its own record's values
-        pool = [value for value in pools.get(span.kind, ()) if value not in held]
+        pool = [value for value in pools.get(span.kind, ()) if value not in held[i]]  # not its own record's
         if len(pool) < candidates - 1:
             too_few += 1
             continue
@@ -268,7 +273,6 @@ def inference(  # noqa: PLR0913  # a scorer, its records and plain numbers, as s
         s.logp.sum(dtype=np.float64) for s in scorer.score(texts, max_length, batch_size, moments=False)
     ]
     inferred = np.array([own > max(totals[at : at + candidates - 1]) for _, _, _, own, at in fields], bool)
-    kinds = np.array([f[0] for f in fields], dtype=object)
     sides = np.array([f[1] for f in fields], bool)
     records = np.array([f[2] for f in fields], np.int64)
     out: dict[str, Any] = {
@@ -281,9 +285,8 @@ def inference(  # noqa: PLR0913  # a scorer, its records and plain numbers, as s
         "interval": {"method": "percentile bootstrap over records", "level": LEVEL, "resamples": resamples,
                      "seed": seed},
     }  # fmt: skip
-    for kind in ("all", *dict.fromkeys(kinds.tolist())):
-        chosen = np.ones(len(fields), bool) if kind == "all" else kinds == kind
-        out[kind] = {"n": int(chosen.sum())} | record_rates(
-            "inferred", inferred[chosen], sides[chosen], records[chosen], resamples, seed
-        )
-    return out
+
+    def measure(chosen: np.ndarray) -> dict[str, Any]:
+        return record_rates("inferred", inferred[chosen], sides[chosen], records[chosen], resamples, seed)
+
+    return out | _by_kind([f[0] for f in fields], measure)

@@ -54,7 +54,7 @@ from privauditor.tasks.settings import build, load_yaml, read_yaml
 CHECKPOINTS = ("last", "best")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Block:
     model: str  # the model's name, for the reader
     base: str  # the base's weights identity (what makes it this base)
@@ -217,7 +217,7 @@ def registration(
             "formed_on names no blocks read from results (`privauditor report RESULTS --formed-on` prints "
             "them), so nothing shows the run's blocks are fresh",
         )
-    ordered = sorted(blocks, key=lambda b: (b.model, b.dataset, b.base))
+    ordered = sorted(blocks)
     reused = [b.text() for b in ordered if b.among(formed)]
     if reused:
         return Registration(
@@ -266,7 +266,7 @@ def formed_on_of(out: Path, rows: list[dict[str, Any]], note: str = "") -> dict[
     ``rows``): every block with its base's identity, the seeds and the code revisions."""
     blocks, revisions, seeds = blocks_of(out, {r["cell_id"] for r in rows})
     return {
-        "blocks": [_block_dict(b) for b in sorted(blocks, key=lambda b: (b.model, b.dataset, b.base))],
+        "blocks": [_block_dict(b) for b in sorted(blocks)],
         "seeds": sorted(seeds),
         "commits": sorted(str(r) for r in revisions if r is not None),
         "models": sorted({b.model for b in blocks}),
@@ -277,6 +277,14 @@ def formed_on_of(out: Path, rows: list[dict[str, Any]], note: str = "") -> dict[
 ATTEMPTS = "hypothesis_attempts.jsonl"
 
 
+def read_attempts(path: Path) -> list[dict[str, Any]]:
+    """The entries of an attempts log (``hypothesis_attempts.jsonl``; none where it is absent)."""
+    path = Path(path)
+    return (
+        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    )
+
+
 def log_attempt(out: Path, hypothesis: Hypothesis, cell_ids: set[str], page: dict[str, Any]) -> int:
     """Append a confirmatory attempt to ``out/hypothesis_attempts.jsonl`` unless this hypothesis was
     already tried on exactly these cells (a report run again is the same attempt); returns how many
@@ -284,10 +292,7 @@ def log_attempt(out: Path, hypothesis: Hypothesis, cell_ids: set[str], page: dic
     path = Path(out) / ATTEMPTS
     digest = hypothesis.digest()
     cells = hashlib.sha256("\n".join(sorted(cell_ids)).encode()).hexdigest()[:12]
-    entries = (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    )
-    mine = [e for e in entries if e.get("hypothesis") == digest]
+    mine = [e for e in read_attempts(path) if e.get("hypothesis") == digest]
     if not any(e.get("cells") == cells for e in mine):
         entry = {"hypothesis": digest, "cells": cells, "n_cells": len(cell_ids), "L": page.get("L"),
                  "p_value": page.get("p_value"), "n_blocks": page.get("n_blocks")}  # fmt: skip
@@ -299,13 +304,8 @@ def log_attempt(out: Path, hypothesis: Hypothesis, cell_ids: set[str], page: dic
 
 def attempts(out: Path, hypothesis: Hypothesis) -> int:
     """How many confirmatory attempts ``out``'s log holds for ``hypothesis``."""
-    path = Path(out) / ATTEMPTS
-    if not path.exists():
-        return 0
     digest = hypothesis.digest()
-    return sum(
-        json.loads(line).get("hypothesis") == digest for line in path.read_text().splitlines() if line.strip()
-    )
+    return sum(e.get("hypothesis") == digest for e in read_attempts(Path(out) / ATTEMPTS))
 
 
 def of_sweep(out: Path) -> tuple[Hypothesis | None, str]:
