@@ -268,8 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--prices", help="price table YAML (default: clusters/prices.yaml)")
     plan.add_argument("--budget-usd", help="say which part of the sweep this budget pays for")
     plan.add_argument(
-        "--calibrate", metavar="RESULTS", help="fit the device rates to a finished sweep's timings"
-    )
+        "--calibrate", metavar="RESULTS|BENCH.json",
+        help="fit the device rates to a finished sweep's timings, or set the benchmarked device's "
+        "utilisation from benchmarks/gpu_bench.py's JSON",
+    )  # fmt: skip
     plan.add_argument(
         "--compare",
         metavar="RESULTS",

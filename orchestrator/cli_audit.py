@@ -103,6 +103,6 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="attacks=[...], attack_params.*, score.*, seed, train.max_length (nothing else applies)",
+        help="attacks=[...], attack_params.*, score.*, seed, train.max_length, train.precision (nothing else applies)",
     )
     audit.set_defaults(handler=_audit)

@@ -12,6 +12,7 @@ contract under ``OUT/cells/<audit id>/``, so ``privauditor report OUT`` includes
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from dataclasses import dataclass
@@ -26,15 +27,16 @@ from .chat import render, template_of
 from .config import DEFAULT_ATTACKS, CellConfig
 from .datasets import content_hash
 from .errors import PrivauditorError
+from .precision import resolve_precision, to_precision
 from .provenance import directory_hash, versions
 from .results import CellFolder, CellOutcome, CellRecord, check_results_dir
-from .spec import resolve, slug
+from .spec import precision_setting, resolve, slug
 
 #: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which
 #: tells a shift between the files from leakage (``verdict.py``)
 AUDIT_ATTACKS = (*DEFAULT_ATTACKS, "blind")
 #: what ``--set`` may change in an audit (it trains nothing and draws no split)
-SETTABLE = ("attacks", "attack_params", "score", "seed", "train.max_length")
+SETTABLE = ("attacks", "attack_params", "score", "seed", "train.max_length", "train.precision")
 
 
 def audit_config(model: str, members: str, assignments: list[str]) -> CellConfig:
@@ -46,7 +48,7 @@ def audit_config(model: str, members: str, assignments: list[str]) -> CellConfig
         if not any(key == k or key.startswith(k + ".") for k in SETTABLE):
             raise PrivauditorError(
                 f"--set {key}: an audit does not read it (it trains nothing and draws no split); it reads "
-                "attacks, attack_params.*, score.*, seed, train.max_length"
+                "attacks, attack_params.*, score.*, seed, train.max_length, train.precision"
             )
     settings = {"model": model, "adaptation": "none", "dataset": members, "attacks": list(AUDIT_ATTACKS)}
     return cell_config(settings, assignments)
@@ -113,6 +115,9 @@ def run_audit(
     spec = resolve(config, data=f"sha256:{texts}")
     adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
     model_spec = resolve_model(model, revision, dtype)
+    # the precision by the weights as loaded (--dtype included), as a cell's (tasks/precision.py)
+    precision = resolve_precision(precision_setting(config.train), model_spec.dtype)
+    spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, precision=precision))
     # identified by the files' content (texts), never by their paths: the same files audit alike from anywhere
     key = [model, adapter_hash, reference, texts, spec.to_dict() | {"dataset": None}]
     if revision or dtype or chats:  # what changes the weights or the scored text, when set
@@ -128,6 +133,7 @@ def run_audit(
         return folder.outcome(skipped=True, warnings=tuple(warnings))
     check_results_dir(out)  # before any weights load
     loaded, technique, trainable = load_adapted(model_spec, adapter)
+    to_precision(loaded.model, precision)
     max_length = spec.train.max_length
     check_context(max_length, virtual_tokens(loaded.model), loaded, model)
     if chats:  # rendered with the model's own chat template now that its tokenizer is loaded
@@ -144,7 +150,7 @@ def run_audit(
     base_name = reference or (model if adapter else None)
     ref = None
     if base_name is not None:
-        base = load_model(model_spec if base_name == model else base_name)
+        base = load_model(model_spec if base_name == model else base_name, precision=precision)
         base_weights = weights if base_name == model else weights_identity(base_name)
         identity = identity_of(base.model, base.tokenizer, base.spec.name, base_weights, "none")
         ref = Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))

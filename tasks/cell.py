@@ -105,6 +105,7 @@ def execute(
     from .datasets import load_dataset
     from .defences import TrainingRun, get_defence
     from .models import load_model
+    from .precision import to_precision
     from .receipts import split_receipts
     from .scorer import context_tokens, identity_of
     from .snapshots import saver
@@ -121,8 +122,13 @@ def execute(
     contexts, demonstrations = technique.contexts(split, spec.seed) if technique.in_context else (None, None)
     check_context(max_length, virtual, loaded, spec.model, context_tokens(contexts, loaded.tokenizer))
     split_file = shared_split(shared, spec, split)
-    base_identity = identity_of(loaded.model, loaded.tokenizer, spec.model, spec.base, "none")
-    model = apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed)
+    base_identity = identity_of(
+        loaded.model, loaded.tokenizer, spec.model, spec.base, "none", spec.train.precision
+    )
+    # new weights initialised in float32 whatever the precision, then stored as the precision says
+    model = to_precision(
+        apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed), spec.train.precision
+    )
     # before any training: a member the loss never reaches is a one-line error (receipts.py)
     receipts = split_receipts(split, loaded.tokenizer, max_length, loaded.seq2seq, model, technique.trains)
     snapshots = cell_dir / ".snapshots"
@@ -183,6 +189,7 @@ def execute(
         "defence": {"name": spec.defence} | ({} if guard is None else guard.record(result.steps)),
         "utility_loss": final["utility_loss"],
         "device": str(next(model.parameters()).device),
+        "precision": spec.train.precision,
         "loss_receipts": receipts,  # None: nothing trains (none, icl)
         "n_members": len(split.members),
         "n_nonmembers": len(split.nonmembers),
@@ -362,11 +369,11 @@ def reference_for(spec: CellSpec, loaded: Any, base_identity: Any, trains: bool 
             )
 
         def reload() -> Any:
-            fresh = load_model(spec.model)
+            fresh = load_model(spec.model, precision=spec.train.precision)
             return Scorer(fresh.model, fresh.tokenizer, fresh.seq2seq, base_identity)
 
         return Reference(base_identity, reload)
-    other = load_model(spec.reference)
+    other = load_model(spec.reference, precision=spec.train.precision)
     identity = identity_of(other.model, other.tokenizer, spec.reference, spec.reference_weights, "none")
     scorer = Scorer(other.model, other.tokenizer, other.seq2seq, identity)
     return Reference(identity, lambda: scorer)

@@ -3,7 +3,7 @@
 :func:`train_worker` runs on every rank of an initialised ``torch.distributed`` group (Ray Train's
 ``TorchTrainer`` sets one up; any launcher that does works): each rank loads the base, applies the
 technique with the cell's seed, and trains its share of every global batch through a DeepSpeed engine
-(ZeRO stage 0-3, optional CPU offload, bf16 where the accelerator supports it, a plain torch AdamW so
+(ZeRO stage 0-3, optional CPU offload, DeepSpeed's bf16 under ``bf16-mixed``, a plain torch AdamW so
 no optimizer kernels are compiled). At every checkpoint the trainable weights are gathered with every
 rank taking part (ZeRO-3 partitions them) and rank 0 writes them as a snapshot to ``workdir``, and the
 loss record at the end; the cell loads the snapshots into its own model and scores them exactly as after
@@ -26,11 +26,11 @@ from .training import Loop, TrainResult, apply_seeded, train, train_config_of, w
 RESULT_FILE = "train.json"
 
 
-def deepspeed_config(settings: Any, micro_batch: int) -> dict[str, Any]:
-    """The DeepSpeed config for ``train.deepspeed`` settings (stage, offload, bf16)."""
-    stage, offload, bf16 = settings.stage, settings.offload, settings.bf16
-    if bf16 is None:
-        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+def deepspeed_config(settings: Any, micro_batch: int, precision: str = "fp32") -> dict[str, Any]:
+    """The DeepSpeed config for ``train.deepspeed`` settings (stage, offload) at the cell's ``precision``:
+    ``bf16-mixed`` is DeepSpeed's own bf16 mode (bf16 weights and compute, float32 master copies in its
+    optimizer), ``fp32`` none, on every device (tasks/precision.py)."""
+    stage, offload, bf16 = settings.stage, settings.offload, precision == "bf16-mixed"
     zero: dict[str, Any] = {"stage": stage}
     if stage == 3:
         # Partition every parameter (the default keeps those under 1e5 elements whole on each rank, so a
@@ -56,8 +56,9 @@ def deepspeed_config(settings: Any, micro_batch: int) -> dict[str, Any]:
 class DeepSpeedStep:
     """One optimisation step through a DeepSpeed engine (same optimizer and schedule as ``LocalStep``)."""
 
-    def __init__(self, settings: Any, micro_batch: int) -> None:
-        self.settings, self.config, self.engine = settings, deepspeed_config(settings, micro_batch), None
+    def __init__(self, settings: Any, micro_batch: int, precision: str = "fp32") -> None:
+        self.settings, self.engine = settings, None
+        self.config = deepspeed_config(settings, micro_batch, precision)
 
     def __call__(self, model: Any, parameters: list[Any], lr: float, warmup: int) -> DeepSpeedStep:
         import deepspeed
@@ -104,6 +105,7 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     from .adaptations import build_adaptation
     from .datasets import load_dataset
     from .models import load_model
+    from .precision import to_precision
     from .splits import draw_split
 
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
@@ -111,11 +113,13 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     cell = spec["cell"]  # the resolved CellSpec
     loaded = load_model(cell.model)
     technique = build_adaptation(cell.adaptation, cell.adaptation_params)
-    model = apply_seeded(technique, loaded.model, loaded.family, seed=cell.seed)
+    model = to_precision(
+        apply_seeded(technique, loaded.model, loaded.family, seed=cell.seed), cell.train.precision
+    )
     split = draw_split(load_dataset(cell.dataset), cell.split, cell.seed)
     train_config = train_config_of(cell)
     names = [n for n, p in model.named_parameters() if p.requires_grad]
-    step = DeepSpeedStep(cell.train.deepspeed, -(-cell.train.batch_size // world))
+    step = DeepSpeedStep(cell.train.deepspeed, -(-cell.train.batch_size // world), cell.train.precision)
     workdir = Path(spec["workdir"])
 
     def snapshot(_epoch: float, at: int) -> None:

@@ -205,7 +205,20 @@ def per_sample_gradients(
     """Per sample of ``batch``, the gradient of its loss (``loss_fn(model, batch)`` gives one per sample)
     with respect to each of ``params``: name → float32 tensor of shape (batch size, *parameter shape).
     ``layouts``: a dict kept across batches of the same model, loss and parameters, where the probes'
-    findings are remembered."""
+    findings are remembered. Every forward runs at the model's precision (tasks/precision.py)."""
+    from .precision import autocast
+
+    with autocast(model):
+        return _per_sample(model, batch, loss_fn, params, layouts)
+
+
+def _per_sample(
+    model: Any,
+    batch: dict[str, torch.Tensor],
+    loss_fn: LossFn,
+    params: dict[str, torch.nn.Parameter],
+    layouts: dict[tuple, dict[Any, list]] | None,
+) -> dict[str, torch.Tensor]:
     size = next(iter(batch.values())).shape[0]
     if size == 1:  # one sample: its gradient is the batch's
         return dict(_sample_by_sample(model, batch, loss_fn, params))

@@ -94,7 +94,20 @@ class Reference:
 
 
 def identity_of(
-    model: Any, tokenizer: Any, name: str, weights: str | None, adaptation_hash: str
+    model: Any,
+    tokenizer: Any,
+    name: str,
+    weights: str | None,
+    adaptation_hash: str,
+    precision: str | None = None,
 ) -> ModelIdentity:
-    dtype = str(next(model.parameters()).dtype)
+    """What a view of ``model`` is stored under. Its numeric form is the ``precision`` it is scored at
+    (default: the one the model was given, tasks/precision.py): ``torch.float32`` for ``fp32`` (as ids
+    always said), the recipe's name for a mixed one, whose first parameter's dtype depends on what trains;
+    a model never given one, by its first parameter's dtype."""
+    from .precision import ATTRIBUTE
+
+    given = precision or getattr(model, ATTRIBUTE, None)
+    dtype = str(next(model.parameters()).dtype) if given is None else given
+    dtype = "torch.float32" if dtype == "fp32" else dtype
     return ModelIdentity(name, weights, adaptation_hash, f"{tokenizer.name_or_path}:{len(tokenizer)}", dtype)

@@ -86,7 +86,7 @@ class DeepSpeedSettings:
 
     stage: int = 2  # ZeRO stage 0-3: 2 shards optimizer states and gradients, 3 also the parameters
     offload: bool = False  # optimizer states (and, at stage 3, parameters) in CPU memory
-    bf16: bool | None = None  # None: bf16 where the accelerator supports it (CUDA with bf16), else fp32
+    bf16: bool | None = None  # None: as train.precision says (bf16 under bf16-mixed), on every device
 
     def __post_init__(self) -> None:
         if self.stage not in (0, 1, 2, 3):
@@ -104,9 +104,19 @@ class TrainSettings:
     max_length: int = 128
     workers: int = 1  # data-parallel training workers; > 1 trains under DeepSpeed in Ray Train
     deepspeed: DeepSpeedSettings | None = None  # None: the model spec's ZeRO stage, if it has one
+    #: ``fp32``, ``bf16-mixed`` or ``auto`` (by the weights' loaded dtype): tasks/precision.py
+    precision: str = "auto"
 
     def __post_init__(self) -> None:
+        from .precision import check_setting
+
         _at_least("train", self, {"epochs": 0, "lr": 0, "batch_size": 1, "max_length": 2, "workers": 1})
+        check_setting(self.precision)
+        bf16 = None if self.deepspeed is None else self.deepspeed.bf16
+        if bf16 is not None and self.precision != "auto" and bf16 != (self.precision == "bf16-mixed"):
+            raise PrivauditorError(
+                f"train.deepspeed.bf16 ({bf16}) contradicts train.precision ({self.precision}): set one of them"
+            )
         if self.checkpoints is not None:
             object.__setattr__(self, "checkpoints", tuple(whole(c) for c in self.checkpoints))
         check_checkpoints(self.checkpoints, self.epochs)

@@ -4,6 +4,8 @@
 technique's own learning rate and epochs and hyper-parameters, every attack's and view's) and pins what
 the numbers depend on besides the settings, so the cell id changes exactly when the results would:
 
+- ``train.precision``: ``fp32`` or ``bf16-mixed`` (``auto`` resolved by the weights' loaded dtype, so the
+  same settings give the same id on any machine); an ``fp32`` cell's id leaves the key out, as it was;
 - ``data``: the dataset's content (the sha256 of its rendered records; a hub dataset, whose content
   is not at hand, by id and revision), and ``split_version`` (how parts are drawn);
 - ``base`` / ``reference_weights``: the weights' identity (the sha256 of an offline or local checkpoint's
@@ -66,6 +68,8 @@ class TrainSpec:
     workers: int  # 1 for a technique that trains nothing
     deepspeed: DeepSpeedSettings | None  # None: one process, the plain training loop
     version: int  # the training loop's
+    #: ``fp32`` or ``bf16-mixed`` (tasks/precision.py); the ids of ``fp32`` cells leave it out
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         # whole epochs as ints however they were read (a cell.json's 20 comes back as 20.0), so the id
@@ -126,6 +130,8 @@ class CellSpec:
         for block, key in (("split", "canaries"), ("score", "pii_candidates")):
             if found[block].get(key) is None:
                 del found[block][key]
+        if found["train"]["precision"] == "fp32":
+            del found["train"]["precision"]
         if found["pii_inference_version"] is None:
             del found["pii_inference_version"]
         return found
@@ -152,6 +158,7 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
     from .defences import get_defence
     from .models import resolve_model, weights_identity
     from .pii import INFERENCE_VERSION
+    from .precision import resolve_precision
     from .splits import SPLIT_VERSION
     from .training import TRAINER_VERSION
 
@@ -180,6 +187,7 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
         workers=train.workers if trains else 1,
         deepspeed=deepspeed if trains else None,
         version=TRAINER_VERSION,
+        precision=resolve_precision(precision_setting(train), spec.dtype),
     )
     defence_params = {}
     defence = get_defence(config.defence)
@@ -222,6 +230,14 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
         defence_params=defence_params,
         pii_inference_version=None if config.score.pii_candidates is None else INFERENCE_VERSION,
     )
+
+
+def precision_setting(train: Any) -> str:
+    """``train.precision`` as written; under ``auto``, an explicit ``train.deepspeed.bf16`` decides."""
+    bf16 = None if train.deepspeed is None else train.deepspeed.bf16
+    if train.precision != "auto" or bf16 is None:
+        return train.precision
+    return "bf16-mixed" if bf16 else "fp32"
 
 
 def setting_of(spec: dict[str, Any]) -> str:

@@ -156,22 +156,70 @@ def train_config_of(spec: Any) -> TrainConfig:
 
 
 class LocalStep:
-    """One optimisation step in this process: AdamW, warm-up then a constant rate, gradient clipping at 1."""
+    """One optimisation step in this process: AdamW, warm-up then a constant rate, gradient clipping at 1;
+    forward passes under the model's precision (tasks/precision.py).
 
-    def __init__(self, model: Any, parameters: list[Any], lr: float, warmup: int) -> None:
+    The step is the whole batch's: its loss is the mean over the batch's predicted tokens. Where the batch
+    does not fit the device's memory (``torch.OutOfMemoryError``), it is cut into micro-batches of half the
+    rows, then a quarter, ..., each backward weighted by its share of the batch's tokens, so the gradient is
+    the batch's, up to rounding, and with dropout a step with masks drawn per micro-batch (as likely as the
+    whole batch's, not the same draws): results do not depend on the device's memory beyond that.
+    ``micro_batch`` starts there.
+    """
+
+    def __init__(
+        self, model: Any, parameters: list[Any], lr: float, warmup: int, micro_batch: int | None = None
+    ) -> None:
         self.parameters = parameters
         self.optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_then_constant(warmup))
         self.model = model
+        self.micro_batch = micro_batch
 
     def __call__(self, batch: dict[str, torch.Tensor], weight: float) -> torch.Tensor:
-        loss = self.model(**batch).loss
-        self.optimizer.zero_grad(set_to_none=True)
-        (loss * weight).backward()
+        while True:
+            self.optimizer.zero_grad(set_to_none=True)
+            try:
+                loss = self._backward(batch, weight)
+                break
+            except torch.OutOfMemoryError:
+                rows = len(batch["input_ids"])
+                if (self.micro_batch or rows) <= 1:
+                    raise
+                self.micro_batch = max(1, (self.micro_batch or rows) // 2)
+                log.warning(
+                    "training batch of %d rows does not fit: micro-batches of %d", rows, self.micro_batch
+                )
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
         torch.nn.utils.clip_grad_norm_(self.parameters, 1.0)
         self.optimizer.step()
         self.scheduler.step()
-        return loss.detach()
+        return loss
+
+    def _backward(self, batch: dict[str, torch.Tensor], weight: float) -> torch.Tensor:
+        """The batch's mean token loss, its gradient (times ``weight``) accumulated in the parameters."""
+        from .precision import autocast
+
+        rows = len(batch["input_ids"])
+        size = self.micro_batch or rows
+        if size >= rows:
+            with autocast(self.model):
+                loss = self.model(**batch).loss
+            (loss * weight).backward()
+            return loss.detach()
+        seq2seq = bool(getattr(self.model.config, "is_encoder_decoder", False))
+        total = predicted_tokens(batch["labels"], seq2seq)
+        summed = torch.zeros((), dtype=torch.float32, device=batch["labels"].device)
+        for start in range(0, rows, size):
+            part = {k: v[start : start + size] for k, v in batch.items()}
+            share = predicted_tokens(part["labels"], seq2seq) / max(1, total)
+            with autocast(self.model):
+                loss = self.model(**part).loss
+            if share > 0:
+                (loss * (weight * share)).backward()
+                summed += loss.detach().float() * share
+        return summed
 
 
 def warmup_then_constant(warmup: int) -> Any:
@@ -291,7 +339,10 @@ def validation_loss(
     seq2seq: bool,
     batch_size: int = 16,
 ) -> float:
-    """Utility: mean per-token NLL (nats) of the model on the examples' target tokens."""
+    """Utility: mean per-token NLL (nats) of the model on the examples' target tokens (at the model's
+    precision)."""
+    from .precision import autocast
+
     model.eval()
     device = next(model.parameters()).device
     data = encode(tokenizer, examples, max_length, seq2seq)
@@ -299,6 +350,7 @@ def validation_loss(
     for start in range(0, len(data), batch_size):
         batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, seq2seq)
         n = predicted_tokens(batch["labels"], seq2seq)
-        total += model(**{k: v.to(device) for k, v in batch.items()}).loss.item() * n
+        with autocast(model):
+            total += model(**{k: v.to(device) for k, v in batch.items()}).loss.item() * n
         tokens += n
     return total / max(1, tokens)

@@ -151,7 +151,8 @@ def test_a_bare_hugging_face_id_resolves_from_the_local_hub_cache(tmp_path):
     signals = pq.read_schema(tmp_path / "out" / record["views"]["loss"]["signals"])
     (scored,) = json.loads(signals.metadata[b"privauditor.view_key"])["models"]
     assert scored["name"] == "gpt2" and scored["weights"] == "revision:main"
-    assert scored["dtype"] == "torch.bfloat16"  # the weights were scored as loaded
+    # bf16 weights as loaded, scored under bf16 autocast: the bf16-mixed recipe that --dtype bfloat16 implies
+    assert scored["dtype"] == "bf16-mixed" and record["config"]["train"]["precision"] == "bf16-mixed"
 
 
 def test_an_adapter_hashes_alike_whatever_order_peft_wrote_its_module_sets(tmp_path):

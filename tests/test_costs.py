@@ -9,7 +9,13 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import GPT2Config, LlamaConfig, OPTConfig, T5Config
 
-from privauditor.orchestrator.plan.costs import Shape, forward_flops, train_flops, zero_state_bytes
+from privauditor.orchestrator.plan.costs import (
+    Shape,
+    activation_bytes,
+    forward_flops,
+    train_flops,
+    zero_state_bytes,
+)
 
 SMALL = {
     "llama": LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
@@ -107,3 +113,79 @@ def test_every_registered_checkpoint_has_the_size_it_is_registered_with():
     assert len(hub) >= 6 and all(spec.architecture for _, spec in hub)
     for name, spec in hub:
         assert abs(shape_of(name).total_params / parse_size(spec.params) - 1) < 0.05, name
+
+
+PLAIN_7B = "someorg/plain-7b"  # a 7B LLaMA shape registered by size: no ZeRO stage, loaded in float32
+ZERO_7B = "yahma/llama-7b-hf"  # registered in bfloat16 with ZeRO-2 (DeepSpeed on one worker by default)
+
+
+def planned_memory(tmp_path, model, adaptation, precision="auto", **train):
+    """The memory parts of a cell of ``model`` at ``precision``, its work and its model's shape."""
+    import yaml
+
+    from privauditor.orchestrator.plan.memory import memory_parts
+    from privauditor.orchestrator.plan.plan import memory_bytes, tokens_for
+    from privauditor.orchestrator.plan.shapes import registered, shape_of
+    from privauditor.orchestrator.plan.work import cell_work
+    from privauditor.orchestrator.run.sweep import load_sweep
+
+    sweep = {"name": "memory", "matrix": {"model": [model], "adaptation": [adaptation], "dataset": ["finance"]},
+             "attacks": ["loss"], "split": {"members": 10, "nonmembers": 10, "validation": 4}, "score": {"batch_size": 4},
+             "train": {"max_length": 128, "batch_size": 8, "precision": precision, **train}}  # fmt: skip
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(sweep))
+    with registered([f"{PLAIN_7B}=7B:llama"]):
+        spec = load_sweep(str(tmp_path / "sweep.yaml")).cells[0].resolve(build=False)
+        cw = cell_work(spec, shape_of, tokens_for(measure=False))
+        parts = memory_parts(spec, cw)
+        assert memory_bytes(spec, cw) == parts.peak == max(parts.scoring, parts.training)
+        return parts, cw, shape_of(model)
+
+
+def test_a_lora_cells_memory_follows_its_precision(tmp_path):
+    """A 7B LoRA cell in one process. bf16-mixed: bf16 frozen weights, 16 bytes per trained parameter, bf16
+    activations; fp32: 4 bytes per weight and 12 more per trained one, fp32 activations."""
+    mixed, cw, shape = planned_memory(tmp_path, PLAIN_7B, "lora", "bf16-mixed")
+    total, trainable = shape.total_params, cw.trainable
+    assert 6.3e9 < total < 7.7e9 and 0 < trainable == cw.added < total / 100  # an adapter's, added
+    assert (mixed.frozen, mixed.trained) == (2 * total, 16 * trainable)
+    assert mixed.activations == activation_bytes(shape, 128, 8, 2) and mixed.defence == 0
+    assert mixed.scoring_weights == 2 * total + 4 * trainable
+    assert mixed.logits == 4 * 128 * shape.vocab * (2 + 4)  # bf16 logits, their fp32 log-softmax
+    fp32, _, _ = planned_memory(tmp_path, PLAIN_7B, "lora", "fp32")
+    assert fp32.frozen + fp32.trained == 4 * (total + trainable) + 12 * trainable
+    assert fp32.activations == activation_bytes(shape, 128, 8, 4) > mixed.activations
+    assert fp32.scoring_weights == 4 * (total + trainable) and fp32.logits == 4 * 128 * shape.vocab * 8
+    assert fp32.peak > mixed.peak
+    auto, _, _ = planned_memory(tmp_path, PLAIN_7B, "lora")  # auto: float32 weights run fp32
+    assert auto == fp32
+
+
+def test_full_fine_tuning_keeps_sixteen_bytes_per_parameter_and_zero_follows_the_precision(tmp_path):
+    """Full fine-tuning under bf16-mixed keeps every weight in fp32 with its gradient and moments. Under
+    ZeRO, bf16-mixed is DeepSpeed's own estimate and fp32 doubles its 16-bit figures (weights, gradients)."""
+    mixed, cw, shape = planned_memory(tmp_path, PLAIN_7B, "full", "bf16-mixed")
+    total = shape.total_params
+    assert (cw.trainable, cw.added) == (total, 0) and (mixed.frozen, mixed.trained) == (0, 16 * total)
+    lora, cw, shape = planned_memory(tmp_path, ZERO_7B, "lora")  # auto: bfloat16 weights run bf16-mixed
+    total, largest, trainable = shape.total_params, shape.largest_layer_params, cw.trainable
+    assert lora.precision == "bf16-mixed" and (lora.frozen, lora.trained) == (2 * total, (2 + 18) * trainable)
+    fp32, _, _ = planned_memory(tmp_path, ZERO_7B, "lora", "fp32")
+    assert (fp32.frozen, fp32.trained) == (4 * total, (4 + 20) * trainable)
+    zero3 = {"workers": 4, "deepspeed": {"stage": 3}}
+    mixed, _, _ = planned_memory(tmp_path, ZERO_7B, "full", **zero3)
+    assert mixed.trained == zero_state_bytes(total, largest, 3, 4)[1] == 4 * largest + 18 * total // 4
+    assert mixed.activations == activation_bytes(shape, 128, 2, 2)  # a micro-batch of 8 / 4
+    fp32, _, _ = planned_memory(tmp_path, ZERO_7B, "full", "fp32", **zero3)
+    assert fp32.trained == 8 * largest + 20 * total // 4 and fp32.frozen == 0
+    lora, cw, _ = planned_memory(tmp_path, ZERO_7B, "lora", "fp32", **zero3)
+    assert lora.frozen == 4 * total // 4  # ZeRO-3 partitions the frozen weights too
+    assert lora.trained == 8 * largest + int(20 * cw.trainable / 4)
+
+
+def test_a_spec_without_a_precision_reads_its_models_dtype():
+    from types import SimpleNamespace
+
+    from privauditor.orchestrator.plan.memory import cell_precision
+
+    assert cell_precision(SimpleNamespace(model=ZERO_7B, train=SimpleNamespace())) == "bf16-mixed"
+    assert cell_precision(SimpleNamespace(model="tiny-gpt2", train=SimpleNamespace(precision=None))) == "fp32"

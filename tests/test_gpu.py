@@ -100,3 +100,56 @@ def test_cuda_scores_and_gradients_agree_with_the_cpu(family_name, technique):
         scale = max(float(g[i].abs().max()) for g in grads["cpu"].values())
         worst = max(float((grads["cuda"][n][i].cpu() - g[i]).abs().max()) for n, g in grads["cpu"].items())
         assert scale > 0 and worst <= 1e-3 * scale, (i, worst, scale)
+
+
+def random_1b(folder):
+    """A random-weight model of LLaMA-3.2-1B's published shape (hidden 2,048, 16 layers, 32 query and 8
+    key/value heads, MLP 8,192, vocabulary 128,256, tied embeddings), saved in bf16 with the offline
+    tokenizer: a local checkpoint directory, as a user's would be."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True, max_position_embeddings=2048,
+        rope_theta=500000.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(folder)
+    load_model("tiny-llama", device="cpu").tokenizer.save_pretrained(folder)
+    del model
+    torch.cuda.empty_cache()
+    return str(folder)
+
+
+@pytest.mark.parametrize("shape", ["tiny", "1b"])
+def test_a_bf16_mixed_lora_cell_runs_end_to_end_on_cuda_without_ray(tmp_path, shape):
+    """``privauditor cell`` on CUDA at ``bf16-mixed``: LoRA on the tiny base and on a random-weight 1 B
+    shape, every attack, trained, scored, and its cell.json saying the device and the precision."""
+    from privauditor.orchestrator.cli import main
+
+    model = "tiny-llama" if shape == "tiny" else random_1b(tmp_path / "llama-1b")
+    attacks = [a for a in ATTACKS.names() if ATTACKS.get(a).access != "checkpoints"]
+    sets = [*SMALL, "train.precision=bf16-mixed", f"attacks=[{','.join(attacks)}]"]
+    argv = [
+        "cell",
+        "--model",
+        model,
+        "--adaptation",
+        "lora",
+        "--dataset",
+        "finance",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    assert main(argv + [x for s in sets for x in ("--set", s)]) == 0
+    (cell_dir,) = (tmp_path / "out" / "cells").iterdir()
+    record = json.loads((cell_dir / "cell.json").read_text())
+    assert record["device"].startswith("cuda") and record["precision"] == "bf16-mixed"
+    assert math.isfinite(record["utility_loss"]) and all(
+        math.isfinite(x) for x in record["train"]["epoch_losses"]
+    )
+    metrics = json.loads((cell_dir / "metrics.json").read_text())
+    assert [a for a in attacks if "auc" not in metrics.get(a, {})] == [], metrics
+    assert all(math.isfinite(m["auc"]) for m in metrics.values() if "auc" in m)

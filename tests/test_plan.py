@@ -220,3 +220,104 @@ def test_the_paper_sweep_priced_on_the_aws_cluster(capsys):
     for line in unfit:  # one line each: the cell, and why each GPU node type cannot hold it
         assert line.split(": ")[1] in ids and "gpu_1x: " in line and "gpu_8x: " in line
     assert f"{len(unfit)} cells fit no node type" in out or not unfit
+
+
+def benchmark(device="NVIDIA H200", **changes):
+    """A gpu_bench JSON: three scoring rows (one naming no precision), a skipped one and an fp32 one;
+    bf16-mixed training rows (one skipped) and an fp32 one. The utilisation leaves out the fp32 rows."""
+    score = lambda tflops, skipped=None, precision="bf16-mixed": {"shape": "7b", "batch": 16, "texts": 64,  # noqa: E731
+        "tflops": tflops, "peak_memory_gb": 20.0, "skipped": skipped, "precision": precision}  # fmt: skip
+    train = lambda technique, precision, tflops, skipped=None: {"shape": "7b", "technique": technique,  # noqa: E731
+        "precision": precision, "batch": 8, "tokens_per_s": 1e4, "tflops": tflops, "peak_memory_gb": 60.0,
+        "planned_memory_gb": 64.0, "skipped": skipped}  # fmt: skip
+    found = {"bench": "gpu_bench", "version": 1, "date": "2026-12-05", "device": device, "device_type": "cuda",
+             "versions": {"torch": "2.5"}, "peak_bf16_tflops": 989.0, "gradnorm": [], "host_sync": {}, "goals": {},
+             "scoring": [score(300.0), score(500.0), score(400.0), score(None, "out of memory"), score(9.0, None, "fp32")],
+             "training": [train("lora", "bf16-mixed", 200.0), train("full", "bf16-mixed", 350.0),
+                          train("full", "fp32", 20.0), train("full", "bf16-mixed", None, "out of memory")]}  # fmt: skip
+    del found["scoring"][0]["precision"]  # the schema's rows name none
+    return found | changes
+
+
+def test_a_gpu_benchmark_sets_its_devices_utilisation(tmp_path, capsys):
+    """The medians of the unskipped scoring rows (400) and bf16-mixed training rows (275 TFLOP/s) over the
+    H200's 989 TFLOP/s peak; other devices keep the table's; the benchmark's JSON as the last line of its
+    output is read too."""
+    from privauditor.orchestrator.plan.bench import calibrate_device
+    from privauditor.orchestrator.plan.inputs import device_rates
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(benchmark(), indent=1))  # the --out file, over several lines
+    prices = load_prices()
+    device, lines = calibrate_device(prices, path)
+    assert device == "H200-141GB" and prices["devices"][device]["utilisation"] == pytest.approx(
+        {"train": 275 / 989, "forward": 400 / 989}
+    )
+    assert device_rates(prices, device)["train"] == pytest.approx(1 / 275e12)
+    assert device_rates(prices, "A100-40GB")["train"] == pytest.approx(1 / (312e12 * 0.3))
+    said = "\n".join(lines)
+    assert "NVIDIA H200, benchmarked 2026-12-05" in said
+    assert "of 2 training rows at precision bf16-mixed" in said
+    assert "median 400 TFLOP/s of 3 scoring rows" in said and "7b full batch 8: 350" in said
+    prices_file, cluster_file, sweep_file = write(tmp_path)
+    table, cluster = (yaml.safe_load(Path(f).read_text()) for f in (prices_file, cluster_file))
+    table["devices"]["H200-141GB"] = {"memory_gb": 141, "peak_flops": 989.0e12}
+    h200 = {"usd_per_hour": 4.0, "cpus": 16, "memory_gb": 256, "gpus": 1, "device": "H200-141GB"}
+    table["instances"]["h200"] = h200
+    cluster["available_node_types"]["gpu_h200"] = {"max_workers": 1, "resources": {"CPU": 16, "GPU": 1},
+                                                   "node_config": {"InstanceType": "h200"}}  # fmt: skip
+    for name, data in ((prices_file, table), (cluster_file, cluster)):
+        Path(name).write_text(yaml.safe_dump(data))
+    log = tmp_path / "bench.log"  # the script's output: its JSON last
+    log.write_text("scoring ... done\n" + json.dumps(benchmark(scoring=[])) + "\n\n")
+    given = ["--cluster", cluster_file, "--prices", prices_file, "--calibrate", str(log)]
+    assert main(["plan", sweep_file, *given]) == 0
+    out = capsys.readouterr().out
+    assert "forward: no scoring rows; it stays 0.3, the table's" in out and "train 0.278: median 275" in out
+    assert f"H200-141GB's utilisation from {log}" in out and "no node type has it" not in out
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"device": "Tesla T4"}, "benchmark device 'Tesla T4' matches no price table device (A10G,"),
+        ({"device": "NVIDIA A100 PCIe"}, "matches several price table devices (A100-40GB, A100-80GB)"),
+        ({"device_type": "cpu", "device": "cpu"}, "a CPU benchmark cannot calibrate a GPU device"),
+        ({"bench": "scoring"}, "is not benchmarks/gpu_bench.py's JSON"),
+        ({"version": 2}, "benchmark version 2, this planner reads 1"),
+        ({"training": [{"precision": "bf16-mixed", "tflops": "fast", "skipped": None}]}, "training[0].tflops must be a number > 0, not 'fast'"),
+        ({"scoring": [], "training": []}, "no scoring or bf16-mixed training rows to calibrate from"),
+        ({"date": None}, "'date' must be a string, not None"),
+    ],
+)  # fmt: skip
+def test_a_malformed_or_foreign_benchmark_is_a_one_line_error(tmp_path, capsys, changes, words):
+    *_, sweep_file = write(tmp_path)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(benchmark(**changes)))
+    assert main(["plan", sweep_file, "--calibrate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+
+
+def test_benchmark_device_names_map_to_the_price_tables_devices(tmp_path):
+    from privauditor.orchestrator.plan.bench import is_benchmark, match_device, read_benchmark
+    from privauditor.tasks.errors import PrivauditorError
+
+    devices = load_prices()["devices"]
+    for name, entry in (("NVIDIA H200", "H200-141GB"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+                        ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("NVIDIA H100 80GB HBM3", "H100-80GB"),
+                        ("NVIDIA A10G", "A10G"), ("NVIDIA L4", "L4"), ("h200-141gb", "H200-141GB")):  # fmt: skip
+        assert match_device(name, devices) == entry, name
+    (tmp_path / "broken.json").write_text("{")
+    (tmp_path / "notes.txt").write_text('{"bench": "other"}\n')
+    assert is_benchmark(tmp_path / "broken.json") and not is_benchmark(tmp_path / "notes.txt")
+    with pytest.raises(PrivauditorError, match=r"broken.json is not benchmarks/gpu_bench.py's JSON"):
+        read_benchmark(tmp_path / "broken.json")
+    assert not is_benchmark(tmp_path)  # a folder: a finished sweep's results
+    table = yaml.safe_load(Path(write(tmp_path)[0]).read_text())
+    table["devices"]["G16"]["utilisation"] = {"train": 2}  # a device's own share is checked as the table's
+    (tmp_path / "prices.yaml").write_text(yaml.safe_dump(table))
+    with pytest.raises(
+        PrivauditorError, match=r"devices.G16.utilisation.train must be a share in \(0, 1\], not 2"
+    ):
+        load_prices(tmp_path / "prices.yaml")

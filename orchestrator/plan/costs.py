@@ -14,9 +14,11 @@ the attention dimensions.
   (``2 · trainable_matmul · S``): 3× the forward when everything trains, about 2× for adapters spread
   over every layer.
 - **Memory** of training state per device: ZeRO stage 2 / 3 partitioning of mixed-precision Adam as
-  DeepSpeed's own estimators count it (2 bytes of fp16 weights per parameter on every device, and 18
-  bytes of fp16 and fp32 gradients, fp32 master weights and Adam moments spread over the devices), and
-  plain fp32 AdamW without DeepSpeed (16 bytes per trainable parameter plus the frozen weights).
+  DeepSpeed's own estimators count it (2 bytes of 16-bit weights per parameter on every device, and 18
+  bytes of 16-bit and fp32 gradients, fp32 master weights and Adam moments spread over the devices; with
+  fp32 weights each 16-bit figure doubles), and a torch AdamW without DeepSpeed (16 bytes per trained
+  parameter: its fp32 weight, gradient and two moments, plus the frozen weights at their own width).
+  Which widths a cell uses is its precision's (:mod:`~privauditor.orchestrator.plan.memory`).
 """
 
 from __future__ import annotations
@@ -126,24 +128,39 @@ def activation_bytes(shape: Shape, seq: int, batch: int, dtype_bytes: int = 2, s
 
 
 def zero_state_bytes(
-    params: int, largest_layer: int, stage: int, gpus_per_node: int = 1, nodes: int = 1, offload: bool = False
+    params: int,
+    largest_layer: int,
+    stage: int,
+    gpus_per_node: int = 1,
+    nodes: int = 1,
+    offload: bool = False,
+    weight_bytes: int = 2,
 ) -> tuple[int, int]:
     """(CPU bytes per node, GPU bytes per device) of ZeRO's model states for ``params`` trained with
     mixed-precision Adam (DeepSpeed's estimators' figures, their 1.5 buffer factor on the CPU side; stage
-    3 assumes ``zero.Init`` and, with ``offload``, parameters offloaded as well as the optimizer)."""
+    3 assumes ``zero.Init`` and, with ``offload``, parameters offloaded as well as the optimizer).
+    ``weight_bytes``: the width of the model's own weights and gradients, 2 under bf16 (DeepSpeed's
+    figures exactly) and 4 when DeepSpeed trains fp32 weights (its ZeRO optimizer keeps its own fp32
+    copy of the partition all the same): every 16-bit figure of the estimators at that width."""
     devices = gpus_per_node * nodes
+    states = MIXED_ADAM_STATE - 2 + weight_bytes  # model-width gradients, fp32 ones, master, moments
+    layer = 2 * weight_bytes * largest_layer  # ZeRO-3's gathered layer: its weights and gradients
     if stage == 3:
-        gpu = 4 * largest_layer + (0 if offload else int(MIXED_ADAM_STATE * params / devices))
-        cpu = (MIXED_ADAM_STATE * params / nodes) if offload else 4 * largest_layer * gpus_per_node
+        gpu = layer + (0 if offload else int(states * params / devices))
+        cpu = (states * params / nodes) if offload else layer * gpus_per_node
         return int(cpu * 1.5), gpu
     if stage not in (1, 2):
         raise ValueError(f"ZeRO stage {stage}: 1, 2 or 3")
     if offload:
-        return int(params * max(4 * devices, 16) * 1.5), 2 * params
-    return int(4 * params * gpus_per_node * 1.5), 2 * params + int(MIXED_ADAM_STATE * params / devices)
+        return int(params * max(4 * devices, 16) * 1.5), weight_bytes * params
+    return int(4 * params * gpus_per_node * 1.5), weight_bytes * params + int(states * params / devices)
 
 
-def plain_state_bytes(total_params: int, trainable: int, dtype_bytes: int = 4) -> int:
-    """One process with a torch AdamW: every weight in ``dtype_bytes``, and per trainable parameter its
-    gradient and two fp32 moments."""
-    return total_params * dtype_bytes + trainable * (dtype_bytes + 8)
+#: bytes per trained parameter under a torch AdamW, whatever the precision: fp32 weight, gradient, moments
+TRAINED_STATE = 16
+
+
+def plain_state_bytes(frozen: int, trainable: int, frozen_bytes: int = 4) -> int:
+    """One process with a torch AdamW: the ``frozen`` weights at ``frozen_bytes`` each, and per trained
+    parameter its fp32 weight, fp32 gradient and two fp32 moments (:data:`TRAINED_STATE`)."""
+    return frozen * frozen_bytes + trainable * TRAINED_STATE

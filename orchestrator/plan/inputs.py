@@ -46,10 +46,12 @@ class Instance:
 
 @dataclass(frozen=True)
 class Device:
-    """A price table's accelerator."""
+    """A price table's accelerator; its own ``utilisation`` (``--calibrate BENCH.json`` sets it) overrides
+    the table's for the kinds it names."""
 
     memory_gb: float
     peak_flops: float
+    utilisation: dict[str, float] | None = None
 
 
 #: a price table's keys and what each holds
@@ -89,14 +91,20 @@ def _check_prices(prices: dict[str, Any]) -> None:
             raise PrivauditorError(f"instances.{name}.device {device!r} is not under devices")
     for name, device in prices["devices"].items():
         _at_least(device, ("memory_gb", "peak_flops"), None, f"devices.{name}")
+        _check_units(device.get("utilisation") or {}, f"devices.{name}.utilisation", True)
     for key in ("utilisation", "gpu_seconds", "cpu_seconds"):
-        known = ("forward", "train") if key == "utilisation" else UNITS
-        for unit, value in prices[key].items():
-            if unit not in known:
-                raise PrivauditorError(f"{key}: " + unknown_name_message("unit", str(unit), list(known)))
-            if value < 0 or (key == "utilisation" and not 0 < value <= 1):
-                allowed = "a share in (0, 1]" if key == "utilisation" else "seconds >= 0"
-                raise PrivauditorError(f"{key}.{unit} must be {allowed}, not {value!r}")
+        _check_units(prices[key], key, key == "utilisation")
+
+
+def _check_units(values: dict[str, float], where: str, shares: bool) -> None:
+    """Known units only: shares in (0, 1] of the two kinds of pass, else seconds >= 0 per unit of work."""
+    known = ("forward", "train") if shares else UNITS
+    for unit, value in values.items():
+        if unit not in known:
+            raise PrivauditorError(f"{where}: " + unknown_name_message("unit", str(unit), list(known)))
+        if value < 0 or (shares and not 0 < value <= 1):
+            allowed = "a share in (0, 1]" if shares else "seconds >= 0"
+            raise PrivauditorError(f"{where}.{unit} must be {allowed}, not {value!r}")
 
 
 def _at_least(block: dict[str, Any], keys: tuple[str, ...], floor: float | None, where: str) -> None:
@@ -110,12 +118,15 @@ def _at_least(block: dict[str, Any], keys: tuple[str, ...], floor: float | None,
 
 
 def device_rates(prices: dict[str, Any], device: str) -> dict[str, float]:
-    """Seconds per unit on ``device``: FLOPs at peak times utilisation and the per-text overheads on an
-    accelerator, the CPU table for everything else (and for a CPU-only node)."""
+    """Seconds per unit on ``device``: FLOPs at peak times utilisation (the device's own where it has
+    one) and the per-text overheads on an accelerator, the CPU table for everything else (and for a
+    CPU-only node)."""
     rates = {unit: float(prices["cpu_seconds"].get(unit, 0.0)) for unit in UNITS}
     if device != "cpu":
-        peak = float(prices["devices"][device]["peak_flops"])
-        rates |= {kind: 1 / (peak * float(share)) for kind, share in prices["utilisation"].items()}
+        listed = prices["devices"][device]
+        peak = float(listed["peak_flops"])
+        shares = prices["utilisation"] | (listed.get("utilisation") or {})
+        rates |= {kind: 1 / (peak * float(share)) for kind, share in shares.items()}
         rates |= {unit: float(s) for unit, s in prices["gpu_seconds"].items()}
     return rates
 

@@ -14,16 +14,13 @@ prices plus the head node for the wall time. The price table and cluster file ar
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.defences import get_defence
-
-from .costs import activation_bytes, plain_state_bytes, zero_state_bytes
 from .inputs import GIB, NodeType
-from .work import DTYPE_BYTES, CellWork, Tokens, Work, cell_work
+from .memory import memory_parts
+from .work import CellWork, Tokens, Work, cell_work
 
 MISMATCH = "not this kind of node"  # a GPU cell on a CPU node or the reverse: no reason worth a line
 HEADROOM = 0.9  # share of a device's memory a cell may plan to use (the CUDA context, fragmentation)
@@ -35,32 +32,9 @@ def seconds(work: Work | dict[str, float], rates: dict[str, float]) -> float:
 
 
 def memory_bytes(spec: Any, cw: CellWork) -> int:
-    """The most one device holds: scoring (weights and a batch's logits) or training (weights, gradients
-    and optimizer states, as ZeRO partitions them under DeepSpeed: for full fine-tuning exactly
-    DeepSpeed's estimate; activations; DP's per-sample gradients), at ``max_length`` tokens."""
-    from privauditor.tasks.models import resolve_model
-
-    shape, seq = cw.shape, spec.train.max_length
-    dtype = DTYPE_BYTES.get(resolve_model(spec.model).dtype, 4)
-    source = seq if shape.seq2seq else 0
-    scoring = shape.total_params * dtype + spec.score.batch_size * seq * shape.vocab * (dtype + 4)
-    if not cw.technique.trains:
-        return scoring
-    ds, workers = spec.train.deepspeed, max(1, spec.train.workers)
-    micro = math.ceil(spec.train.batch_size / workers)
-    if ds is None:
-        state = plain_state_bytes(shape.total_params, cw.trainable, dtype)
-    else:  # the frozen weights (partitioned by ZeRO-3), and ZeRO's mixed-precision states of what trains
-        frozen = (shape.total_params - cw.trainable) * dtype // (workers if ds.stage == 3 else 1)
-        stage = max(ds.stage, 1)
-        state = (
-            frozen
-            + zero_state_bytes(cw.trainable, shape.largest_layer_params, stage, workers, 1, ds.offload)[1]
-        )
-    defence = get_defence(spec.defence)
-    if defence is not None:
-        state += defence.extra_memory(cw.trainable, spec.train.batch_size)
-    return max(scoring, state + activation_bytes(shape, seq, micro, dtype, source))
+    """The most one device holds for the cell: the larger of scoring and training, at the cell's
+    precision (:func:`~privauditor.orchestrator.plan.memory.memory_parts` gives the parts)."""
+    return memory_parts(spec, cw).peak
 
 
 @dataclass

@@ -25,6 +25,7 @@ def plan_report(args: argparse.Namespace) -> str:
 
 def _report(args: argparse.Namespace) -> str:
     from ..run.sweep import load_sweep
+    from .bench import calibrate_device, is_benchmark
     from .calibrate import calibrate, compare, error_summary
     from .shapes import shape_of
 
@@ -39,8 +40,11 @@ def _report(args: argparse.Namespace) -> str:
         ) from None
     prices = load_prices(args.prices)
     tokens_of = tokens_for()
-    lines, rates = [], None
-    if args.calibrate:
+    lines, rates, benchmarked = [], None, None
+    if args.calibrate and is_benchmark(args.calibrate):  # a GPU benchmark: one device's utilisation
+        benchmarked, said = calibrate_device(prices, args.calibrate)
+        lines += said
+    elif args.calibrate:
         rates = calibrate(
             args.calibrate,
             float(prices["cpu_seconds"].get("load_byte", 0.0)),
@@ -55,6 +59,11 @@ def _report(args: argparse.Namespace) -> str:
     planned = plan_cells(sweep, nodes, tokens_of, (rates or {}).get("best_before_last", 1.0))
     where = args.cluster or "this machine"
     source = f"fitted to {args.calibrate}" if rates else f"the price table's (as of {prices['as_of']})"
+    if benchmarked:
+        used = any(n.device == benchmarked for n in nodes)
+        source += f", {benchmarked}'s utilisation from {args.calibrate}" + (
+            "" if used else " (no node type has it)"
+        )
     lines.append(f"sweep '{sweep.name}': {len(planned)} cells on {where}; device rates: {source}")
     if args.cells:
         lines.append(tables.render(["cell_id", "node type", "gpus", "train TFLOP", "scoring TFLOP", "memory GB",

@@ -137,6 +137,7 @@ class Trainable(NamedTuple):
     params: int  # trainable parameters
     matmul: int  # trainable weights of matrix multiplications (their gradients cost FLOPs per token)
     body: bool  # something below the output layer trains or takes gradients: the backward runs through
+    added: int = 0  # parameters the technique adds to the base's (an adapter's, a prefix's)
 
 
 @functools.cache
@@ -156,16 +157,19 @@ def _trainable(name: str, adaptation: str, params: str) -> Trainable:
             config_of(name)
         )
         head = model.get_output_embeddings().weight
+        base = sum(p.numel() for p in model.parameters())
         try:
             model = technique.apply(model, family)
         except Exception:  # a technique that needs the tokenizer (prompt tuning's text initialisation)
             if not technique.prompt_learning:
                 raise
-            return Trainable(technique.virtual_tokens * shape_of(name).hidden, 0, True)
+            virtual = technique.virtual_tokens * shape_of(name).hidden
+            return Trainable(virtual, 0, True, virtual)
     trained = [p for p in model.parameters() if p.requires_grad]
     matmul = sum(m.weight.numel() for m in model.modules()
                  if isinstance(m, torch.nn.Linear | Conv1D) and m.weight.requires_grad)  # fmt: skip
-    return Trainable(sum(p.numel() for p in trained), matmul, any(p is not head for p in trained))
+    added = max(0, sum(p.numel() for p in model.parameters()) - base)
+    return Trainable(sum(p.numel() for p in trained), matmul, any(p is not head for p in trained), added)
 
 
 def trainable_params(name: str, technique: Any) -> Trainable:

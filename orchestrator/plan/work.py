@@ -79,6 +79,7 @@ class CellWork:
     shape: Shape
     tokens: Tokens
     technique: Any
+    added: int = 0  # parameters the technique adds to the base's (frozen or trained)
 
 
 def cell_work(
@@ -114,7 +115,8 @@ def cell_work(
     extra = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
     demos = getattr(technique, "demonstrations", 0) if technique.in_context else 0
     seq = _lengths(shape, tokens, extra, demos, spec.train.max_length)
-    trainable, trainable_matmul, body = trainable_params(spec.model, technique)
+    found = trainable_params(spec.model, technique)
+    trainable, trainable_matmul, body = found.params, found.matmul, found.body
     if technique.trains:
         passes = spec.train.epochs * trained
         flops = train_flops(shape, seq[0], 1, trainable_matmul, seq[1], inputs=body)
@@ -148,7 +150,7 @@ def cell_work(
                     neighbour=made,
                     forward=made * forward_flops(_masked_lm(), seq[0]),
                 )
-    return CellWork(own, shared, data_key, trainable, shape, tokens, technique)
+    return CellWork(own, shared, data_key, trainable, shape, tokens, technique, found.added)
 
 
 def _lengths(shape: Shape, tokens: Tokens, extra: int, demos: int, max_length: int) -> tuple[int, int]:

@@ -242,9 +242,12 @@ def trust_remote_code() -> bool:
     return os.environ.get(TRUST_REMOTE_CODE_ENV, "") == "1"
 
 
-def load_model(model: str | ModelSpec, device: str | None = None) -> LoadedModel:
+def load_model(
+    model: str | ModelSpec, device: str | None = None, precision: str | None = None
+) -> LoadedModel:
     """Load tokenizer and weights for a model name or spec, in eval mode on ``device`` (default: the
-    GPU when this process has one, as a Ray trial given a GPU does, else the CPU)."""
+    GPU when this process has one, as a Ray trial given a GPU does, else the CPU), stored in the loaded
+    dtype, or as ``precision`` says (tasks/precision.py: frozen weights bf16 under ``bf16-mixed``)."""
     import torch
 
     if not torch.cuda.is_available():  # accelerate imports DeepSpeed when installed, which then announces
@@ -274,5 +277,9 @@ def load_model(model: str | ModelSpec, device: str | None = None) -> LoadedModel
         raise PrivauditorError(f"cannot load model '{spec.name}' from {path}: {one_line(exc)}") from None
     if tokenizer.pad_token_id is None:  # LLaMA / GPT-J / GPT-2 checkpoints ship without a pad token
         tokenizer.pad_token = tokenizer.eos_token
+    if precision is not None:
+        from ..precision import to_precision
+
+        to_precision(weights, precision)
     weights.to(device).eval()
     return LoadedModel(spec=spec, family=family, tokenizer=tokenizer, model=weights, path=path)

@@ -178,6 +178,7 @@ def self_prompted_texts(
 
     from ..datasets import Example
     from ..deadline import check
+    from ..precision import autocast
     from ..training import encode
 
     model, tokenizer, seq2seq = target.model, target.tokenizer, target.seq2seq
@@ -210,7 +211,7 @@ def self_prompted_texts(
                 inputs = {"input_ids": torch.cat([before, prefix], 1)}
                 given = inputs["input_ids"].shape[1]
             new = max(jobs[i][2] for i in rows)
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast(model):
                 out = model.generate(
                     **inputs, attention_mask=torch.ones_like(before if seq2seq else inputs["input_ids"]),
                     do_sample=True, top_k=TOP_K, top_p=1.0, temperature=1.0, num_beams=1,
@@ -231,11 +232,14 @@ def adapted_reference(
     recipe's technique for ``epochs`` epochs: the loaded model, its ``model`` the adapted one, in eval mode."""
     from ..adaptations import build_adaptation
     from ..models import load_model
+    from ..precision import precision_of, to_precision
     from ..training import TrainConfig, apply_seeded, train
 
     loaded = load_model(recipe.model, device=str(next(like.parameters()).device))
     technique = build_adaptation(recipe.adaptation, recipe.adaptation_params)
-    loaded.model = apply_seeded(technique, loaded.model, loaded.family, seed=seed)
+    # at the target's precision (tasks/precision.py), as the target was trained
+    adapted = apply_seeded(technique, loaded.model, loaded.family, seed=seed)
+    loaded.model = to_precision(adapted, precision_of(like))
     if texts:
         config = TrainConfig(epochs, recipe.lr, recipe.batch_size, max_length, seed)
         train(loaded.model, loaded.tokenizer, texts, config, loaded.seq2seq)
