@@ -1,6 +1,6 @@
 """Per-cell times of a finished sweep and the GPU check's conditions (used by ``gpu_check.sh``).
 
-Prints one row per cell (device, train / signals / gradients seconds, best AUC) and exits 1 if a cell
+Prints one row per cell (device, precision, train / signals / gradients seconds, best AUC) and exits 1 if a cell
 is not DONE, ran on another device than ``--device``, or has a non-finite metric.
 
     python benchmarks/gpu_report.py RESULTS_DIR [--device cuda]
@@ -42,13 +42,14 @@ def main() -> int:
         spec = CellSpec.from_dict(record["config"])
         ds = spec.train.deepspeed
         rows.append([
-            spec.adaptation, record.get("device"), f"ZeRO-{ds.stage}" if ds else "-",
+            spec.adaptation, record.get("device"), record.get("precision", "fp32"), f"ZeRO-{ds.stage}" if ds else "-",
             times.get("train", 0.0), times.get("signals", 0.0) + times.get("signals (shared)", 0.0), times.get("grad_norm", 0.0),
             round(sum(times.values()), 1), round(max(aucs), 3) if aucs else "-",
         ])  # fmt: skip
     header = [
         "adaptation",
         "device",
+        "precision",
         "deepspeed",
         "train s",
         "signals s",

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from .errors import PrivauditorError
 
 if TYPE_CHECKING:  # scoring imports torch; attack jobs read signals without it
+    import pyarrow as pa
+
     from .scoring import TokenStats
 
-_LIST_F32 = pa.list_(pa.float32())
 #: Top-k sampling's k whose kept mass (log-sum-exp of the k largest log p) the signal store keeps.
 TOPK = 40
 #: The stored rank of a token outside the top-k: ranks are exact up to TOPK (every metric that reads a rank
@@ -101,19 +101,22 @@ class Signals:
             raise PrivauditorError(f"attack '{attack}' reads {', '.join(missing)}, which these signals lack")
 
     def to_table(self) -> pa.Table:
+        import pyarrow as pa  # here, not at the top: scoring reads this module's constants without it
+
+        floats = pa.list_(pa.float32())
         columns = {
             "sample_id": pa.array(self.sample_id, pa.string()),
             "member": pa.array(self.member, pa.bool_()),
             "token_ids": pa.array([t.tolist() for t in self.token_ids], pa.list_(pa.int32())),
-            "logp": pa.array([x.tolist() for x in self.logp], _LIST_F32),
-            "mu": pa.array([x.tolist() for x in self.mu], _LIST_F32),
-            "sigma": pa.array([x.tolist() for x in self.sigma], _LIST_F32),
+            "logp": pa.array([x.tolist() for x in self.logp], floats),
+            "mu": pa.array([x.tolist() for x in self.mu], floats),
+            "sigma": pa.array([x.tolist() for x in self.sigma], floats),
             "zlib_bytes": pa.array(self.zlib_bytes, pa.int64()),
         }
         self.needs("signals", *EXTENDED)
-        columns["top1_logp"] = pa.array([x.tolist() for x in self.top1_logp], _LIST_F32)
+        columns["top1_logp"] = pa.array([x.tolist() for x in self.top1_logp], floats)
         columns["rank"] = pa.array([x.tolist() for x in self.rank], pa.list_(pa.int16()))
-        columns["topk_lse"] = pa.array([x.tolist() for x in self.topk_lse], _LIST_F32)
+        columns["topk_lse"] = pa.array([x.tolist() for x in self.topk_lse], floats)
         metadata = {FORMAT_KEY: str(SIGNALS_FORMAT).encode(), TOPK_KEY: str(self.topk).encode()}
         return pa.table(columns).replace_schema_metadata(metadata)
 

@@ -27,15 +27,20 @@ def _batch(tokenizer, n: int):
     return collate(encode(tokenizer, examples, 64, False), tokenizer.pad_token_id, False)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
 @pytest.mark.parametrize("technique", ["lora", "prefix", "full"])
-def test_clipping_only_step_equals_a_hand_clipped_reference(technique):
+def test_clipping_only_step_equals_a_hand_clipped_reference(technique, precision):
     """σ = 0: opacus's clipping of this module's per-record gradients is, tensor by tensor, the mean of
     each record's own gradient (its loss alone, one backward pass each) scaled to norm ≤ C. After a warm
-    step (LoRA's B is zero at first, so A gets no gradient), every trainable tensor's gradient is non-zero."""
+    step (LoRA's B is zero at first, so A gets no gradient), every trainable tensor's gradient is non-zero.
+    At ``bf16-mixed`` both sides run under the same autocast (the reference's own bf16 products round
+    otherwise than the batched ones: 5 % of each tensor's largest entry)."""
     from privauditor.tasks.adaptations import build_adaptation
+    from privauditor.tasks.precision import autocast, to_precision
 
     family, tokenizer, base = fresh_base("gpt2")
     model = apply_seeded(build_adaptation(technique, None), base, family, seed=0)
+    to_precision(model, precision)
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     model.eval()
     LocalStep(model, list(params.values()), 1e-2, 1)(_batch(tokenizer, 4), 1.0)  # the warm step
@@ -45,7 +50,9 @@ def test_clipping_only_step_equals_a_hand_clipped_reference(technique):
     for i in range(5):
         row = {k: v[i : i + 1, : int(batch["attention_mask"][i].sum())] for k, v in batch.items()}
         model.zero_grad(set_to_none=True)
-        model(**row).loss.backward()
+        with autocast(model):
+            loss = model(**row).loss
+        loss.backward()
         own.append({n: p.grad.detach().clone() for n, p in params.items()})
         norms.append(math.sqrt(sum(float(g.pow(2).sum()) for g in own[-1].values())))
     clip = float(np.median(norms))  # some records are clipped, some are not
@@ -57,7 +64,11 @@ def test_clipping_only_step_equals_a_hand_clipped_reference(technique):
     before = {n: p.detach().clone() for n, p in params.items()}
     step(batch, 1.0)
     for n, p in params.items():
-        assert torch.allclose(p.grad, reference[n], rtol=1e-3, atol=1e-6), (technique, n)
+        if precision == "fp32":
+            assert torch.allclose(p.grad, reference[n], rtol=1e-3, atol=1e-6), (technique, n)
+        else:
+            scale = float(reference[n].abs().max())
+            assert float((p.grad - reference[n]).abs().max()) <= 0.05 * scale, (technique, n)
         assert reference[n].abs().sum() > 0, (technique, n)
         assert torch.equal(p, before[n])  # the rate is 0 here: only the gradient is compared
     assert min(norms) < clip < max(norms)

@@ -53,8 +53,9 @@ def test_every_technique_trains_snapshots_and_is_attacked_on_cuda(tmp_path, fami
     assert all(math.isfinite(x) for x in record["train"]["epoch_losses"])
     table = pq.read_table(outcome.path / "scores.parquet").to_pylist()
     skipped = {a for a, m in outcome.metrics.items() if "skipped" in m}
-    # in context (icl), attacks whose views read no context are skipped: gradnorm, spv_mia
-    assert skipped == ({"gradnorm", "spv_mia"} if technique == "icl" else set()), skipped
+    # in context (icl), attacks whose views read no context are skipped: gradnorm, spv_mia; SURP abstains
+    # where no target token is surprising, as at these 16 texts of 48 tokens (on the CPU too)
+    assert skipped - {"surp"} == ({"gradnorm", "spv_mia"} if technique == "icl" else set()), skipped
     for attack in set(ATTACKS.names()) - skipped:
         rows = [r for r in table if r["attack"] == attack]
         assert len(rows) == MEMBERS + NONMEMBERS and len({r["sample_id"] for r in rows}) == len(rows), attack
@@ -151,5 +152,8 @@ def test_a_bf16_mixed_lora_cell_runs_end_to_end_on_cuda_without_ray(tmp_path, sh
         math.isfinite(x) for x in record["train"]["epoch_losses"]
     )
     metrics = json.loads((cell_dir / "metrics.json").read_text())
-    assert [a for a in attacks if "auc" not in metrics.get(a, {})] == [], metrics
+    assert set(attacks) <= set(metrics) and all(
+        "auc" in metrics[a] or "skipped" in metrics[a] for a in attacks
+    )
+    assert [a for a in attacks if "auc" not in metrics[a]] in ([], ["surp"]), metrics  # see the test above
     assert all(math.isfinite(m["auc"]) for m in metrics.values() if "auc" in m)

@@ -211,3 +211,12 @@ def test_a_bf16_mixed_cell_keeps_utility_records_its_precision_and_shares_no_bas
         for p, r in records.items()
     }
     assert shared["fp32"] and shared["bf16-mixed"] and not shared["fp32"] & shared["bf16-mixed"], shared
+
+
+@pytest.mark.parametrize(("precision", "enabled"), [("fp32", False), ("bf16-mixed", True)])
+def test_deepspeed_runs_its_own_bf16_exactly_under_bf16_mixed_on_any_device(precision, enabled):
+    from privauditor.tasks.distributed import deepspeed_config
+
+    spec = cell_config(SETTINGS, ["train.workers=2", f"train.precision={precision}"]).resolve(build=False)
+    config = deepspeed_config(spec.train.deepspeed, 4, spec.train.precision)
+    assert config["bf16"] == {"enabled": enabled}  # never read off the machine's hardware
