@@ -83,8 +83,9 @@ def run(
     not done in ``out`` (default ``results/<sweep name>``), as ``privauditor run`` does, and return the
     folder's results. Cells that failed are in the folder's log and ``Results.failed``; a run stopped
     part way is finished by calling this again."""
+    from privauditor.orchestrator.sweepfile.sweep import load_sweep
+
     from .orchestrator.run.runner import run_sweep
-    from .orchestrator.run.sweep import load_sweep
 
     loaded = load_sweep(str(sweep), list(settings))
     out = Path("results") / loaded.name if out is None else out

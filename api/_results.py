@@ -24,20 +24,16 @@ class AuditResult:
     @classmethod
     def read(cls, path: Path, skipped: bool = False) -> AuditResult:
         """The finished audit in ``path`` (a folder ``OUT/cells/<audit id>``)."""
+        from .tasks.results import CellFolder
         from .tasks.verdict import verdict
 
         path = Path(path).resolve()  # still right after a change of working directory
-        if not (path / "DONE").exists():
+        cell = CellFolder.at(path)
+        if not cell.done:
             raise FileNotFoundError(f"{path}: not a finished audit (no DONE)")
         found = path / "verdict.json"
         judged = json.loads(found.read_text()) if found.exists() else verdict(path, write=False)
-        return cls(
-            path,
-            json.loads((path / "cell.json").read_text()),
-            json.loads((path / "metrics.json").read_text()),
-            judged,
-            skipped,
-        )
+        return cls(path, cell.record(), cell.metrics(), judged, skipped)
 
     @property
     def cell_id(self) -> str:
@@ -107,8 +103,9 @@ class Results:
     @classmethod
     def read(cls, path: Path) -> Results:
         from .orchestrator.report.leaderboard import rows
+        from .tasks.results import ResultsFolder
 
-        if not (Path(path) / "cells").is_dir():
+        if not ResultsFolder(path).cells_dir.is_dir():
             raise FileNotFoundError(f"{path} is not a results folder (no cells/ inside)")
         path = Path(path).resolve()
         return cls(path, rows(path))
@@ -121,7 +118,10 @@ class Results:
     @property
     def audits(self) -> list[AuditResult]:
         """The folder's finished audits."""
-        return [AuditResult.read(self.path / "cells" / c) for c in self.cells if c.startswith(AUDIT_PREFIX)]
+        from .tasks.results import ResultsFolder
+
+        folder = ResultsFolder(self.path)
+        return [AuditResult.read(folder.cell(c).path) for c in self.cells if c.startswith(AUDIT_PREFIX)]
 
     def to_pandas(self):
         import pandas as pd

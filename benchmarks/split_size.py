@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from privauditor.tasks.results import ResultsFolder
 from privauditor.tasks.significance import delong
 
 
@@ -34,9 +35,9 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.06)
     args = parser.parse_args()
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
-    for done in sorted(args.results.glob("cells/*/DONE")):
-        config = json.loads((done.parent / "cell.json").read_text())["config"]
-        table = pq.ParquetFile(done.parent / "scores.parquet").read().to_pylist()
+    for cell in ResultsFolder(args.results).cells():
+        config = cell.record()["config"]
+        table = pq.ParquetFile(cell.path / "scores.parquet").read().to_pylist()
         scores = {r["sample_id"]: (r["member"], r["score"]) for r in table if r["attack"] == args.attack}
         groups[(config["model"], config["dataset"], config["seed"])][config["adaptation"]] = scores
     halves, members = [], set()

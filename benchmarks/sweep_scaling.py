@@ -46,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from privauditor.tasks.results import ResultsFolder
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -121,7 +123,7 @@ def in_process(cells, out_of) -> dict[str, float]:
 
 def through_ray(data: dict, out: Path) -> float:
     from privauditor.orchestrator.run.runner import run_sweep
-    from privauditor.orchestrator.run.sweep import parse_sweep
+    from privauditor.orchestrator.sweepfile.sweep import parse_sweep
 
     started = time.perf_counter()
     code = run_sweep(parse_sweep(data), out)
@@ -152,7 +154,7 @@ def sequential(args, out: Path) -> tuple[float, dict[str, float]]:
 def child_seq(args) -> None:
     import torch
 
-    from privauditor.orchestrator.run.sweep import parse_sweep
+    from privauditor.orchestrator.sweepfile.sweep import parse_sweep
 
     torch.set_num_threads(2)
     cells = parse_sweep(sweep_data(args.members, args.k, 1, args.attacks)).cells
@@ -161,7 +163,7 @@ def child_seq(args) -> None:
 
 def steady(out: Path) -> float:
     """Seconds between consecutive cells finishing, from the first to the last (start-up excluded)."""
-    times = sorted(p.stat().st_mtime for p in (out / "cells").glob("*/DONE"))
+    times = sorted((c.path / "DONE").stat().st_mtime for c in ResultsFolder(out).cells())
     return (times[-1] - times[0]) / (len(times) - 1)
 
 
@@ -185,8 +187,8 @@ def main() -> int:
     import ray
     import torch
 
-    from privauditor.orchestrator.run.sweep import parse_sweep
     from privauditor.orchestrator.run.trials import forwarded_env
+    from privauditor.orchestrator.sweepfile.sweep import parse_sweep
     from privauditor.orchestrator.tables import render
     from privauditor.tasks.models import load_model
 
@@ -208,7 +210,9 @@ def main() -> int:
     )
     ray_started = time.time()
     ray_s = through_ray(sweep_data(args.members, args.k, 1, args.attacks), work / "ray")
-    ray_first = min(p.stat().st_mtime for p in (work / "ray" / "cells").glob("*/DONE")) - ray_started
+    ray_first = (
+        min((c.path / "DONE").stat().st_mtime for c in ResultsFolder(work / "ray").cells()) - ray_started
+    )
     ray_passes, mark = inference_rows(count_file, mark)
     (work / "ray_serial").mkdir()
     shutil.copytree(work / "seq" / "shared", work / "ray_serial" / "shared")
@@ -218,7 +222,7 @@ def main() -> int:
     # the cells whose shared work (neighbours, reference signals) was already there in `seq`
     first = {next(c.cell_id() for c in cells if c.model == m) for m in {c.model for c in cells}}
     finished = sorted(
-        (p.stat().st_mtime, p.parent.name) for p in (work / "ray_serial" / "cells").glob("*/DONE")
+        ((c.path / "DONE").stat().st_mtime, c.cell_id) for c in ResultsFolder(work / "ray_serial").cells()
     )
     rows, overheads = [], []
     for (before, _), (after, cell_id) in zip(finished, finished[1:], strict=False):

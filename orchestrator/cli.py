@@ -23,7 +23,7 @@ from . import tables
 from .cli_help import Version, attach_examples, shipped_sweeps
 
 if TYPE_CHECKING:
-    from .run.storage import Results
+    from privauditor.orchestrator.store.storage import Results
 
 LISTABLE = ("models", "datasets", "adaptations", "attacks", "defences", "sweeps")
 
@@ -49,13 +49,13 @@ def _prepare(args: argparse.Namespace) -> int:
 def _cell(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from privauditor.orchestrator.sweepfile.matrix import check_cell
     from privauditor.tasks.cell import CellEnvironment, run_cell
     from privauditor.tasks.config import cell_config
     from privauditor.tasks.defences import get_defence
     from privauditor.tasks.results import checkpoint_results
 
     from .report.plots import roc_png
-    from .run.matrix import check_cell
     from .run.trials import local_launcher
 
     settings = {
@@ -87,9 +87,8 @@ def _cell(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from privauditor.orchestrator.sweepfile.sweep import load_sweep
     from privauditor.tasks.models import resolve_model
-
-    from .run.sweep import load_sweep
 
     sweep = load_sweep(args.sweep, args.set or [])
     rows, unbuilt = [], 0
@@ -121,8 +120,9 @@ def _plan(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from privauditor.orchestrator.sweepfile.sweep import load_sweep
+
     from .run.runner import run_sweep
-    from .run.sweep import load_sweep
 
     sweep = load_sweep(args.sweep, args.set or [])
     out = args.out or Path("results") / sweep.name  # a folder, or an object-store URI (s3://, gs://)
@@ -132,10 +132,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from privauditor.orchestrator.store.storage import Results
+
     from .report.leaderboard import rows
     from .report.summary import SUMMARY_HEADER, summary
-    from .run.runner import leaderboard, write_findings
-    from .run.storage import Results
+    from .report.write import leaderboard, write_findings
 
     results = Results.at(args.dir)
     results.check_readable()  # not a results folder, or one of another results format: refused, not read
@@ -144,7 +145,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.formed_on:  # a hypothesis's formed_on block, read from these cells; nothing is written
         import yaml
 
-        from .report.hypothesis import formed_on_of
+        from privauditor.orchestrator.sweepfile.hypothesis import formed_on_of
 
         print(yaml.safe_dump({"formed_on": formed_on_of(results.local, found)}, sort_keys=False), end="")
         return 0
@@ -162,8 +163,9 @@ def _report(args: argparse.Namespace) -> int:
 def _against(location: str, results: Results) -> tuple[str, list[dict[str, Any]]]:
     """The (name, leaderboard rows) of the results folder ``location`` that ``report --against`` ranks
     ``results`` against: a path or an object-store URI, checked as ``results`` is, read and never written."""
+    from privauditor.orchestrator.store.storage import Results
+
     from .report.leaderboard import rows
-    from .run.storage import Results
 
     other = Results.at(location)
     if other.uri.rstrip("/") == results.uri.rstrip("/"):

@@ -63,6 +63,6 @@ class Version(argparse.Action):
 
 
 def shipped_sweeps() -> str:
-    from .run.sweep import SWEEPS_DIR
+    from privauditor.orchestrator.sweepfile.sweep import SWEEPS_DIR
 
     return ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))

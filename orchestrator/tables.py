@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 import textwrap
 import time
 from pathlib import Path
+
+from privauditor.tasks.results import ResultsFolder
 
 #: rich's box of these tables: no borders, a space between columns, a rule of dashes under the header
 RULE_SPEC = "    \n    \n -  \n    \n    \n    \n    \n    \n"
@@ -76,7 +77,7 @@ def listing(what: str) -> str:
                                        initial_indent=f"{name:<10} ", subsequent_indent=" " * 11))  # fmt: skip
         return render(["defence", "settings (defaults)", "version"], rows) + "\n\n" + "\n".join(about)
     if what == "sweeps":
-        from .run.sweep import SWEEPS_DIR, load_sweep
+        from privauditor.orchestrator.sweepfile.sweep import SWEEPS_DIR, load_sweep
 
         rows, about = [], []
         for path in sorted(SWEEPS_DIR.glob("*.yaml")):
@@ -226,8 +227,8 @@ def stage_seconds(results: Path) -> tuple[dict[str, float], int]:
     summed over the finished cells of a results folder, and how many cells that is."""
     totals: dict[str, float] = {}
     cells = 0
-    for done in sorted(Path(results).glob("cells/*/DONE")):
-        timings = json.loads((done.parent / "cell.json").read_text()).get("timings", {})
+    for cell in ResultsFolder(results).cells():
+        timings = cell.record().get("timings", {})
         cells += 1
         for stage, seconds in timings.items():
             totals[stage] = totals.get(stage, 0.0) + seconds

@@ -23,6 +23,7 @@ from .adapted import load_adapted, virtual_tokens
 from .audit_inputs import check_inputs, read_records
 from .cache import stable_hash
 from .cell import check_context
+from .cell_plan import Facts, skipped_attacks
 from .chat import render, template_of
 from .config import DEFAULT_ATTACKS, CellConfig
 from .datasets import content_hash
@@ -155,9 +156,11 @@ def run_audit(
         identity = identity_of(base.model, base.tokenizer, base.spec.name, base_weights, "none")
         ref = Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
     started = time.perf_counter()
+    # an audit's plan: one model, no trajectory, no recipe, a reference only where one is given
+    skipped = skipped_attacks(spec.attacks, Facts(reference=ref is not None, recipe=False))
     how = Evaluate(
         cell_dir, out / "shared", max_length, ref, spec.score.batch_size, spec.score.bootstrap, spec.seed,
-        pii=dict(options.pii), pii_candidates=spec.score.pii_candidates,
+        pii=dict(options.pii), pii_candidates=spec.score.pii_candidates, skipped=skipped,
     )  # fmt: skip
     found = evaluate(target, parts, spec.attacks, how)
     from .training import validation_loss

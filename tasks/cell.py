@@ -291,6 +291,7 @@ def audit_checkpoints(
             pii=pii_patterns(spec.dataset),
             canaries=(split.canaries, spec.split.canaries) if spec.split.canaries and not contexts else None,
             pii_candidates=spec.score.pii_candidates if step == last else None,
+            skipped=stage.skipped,
         )  # fmt: skip
         found = evaluate(target, parts, attacks, how)
         earlier.append(Checkpoint(step, adaptation_hash, folder / "signals.parquet"))

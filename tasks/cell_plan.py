@@ -30,6 +30,42 @@ BASE, ADAPTED = "base", "adapted"
 
 
 @dataclass(frozen=True)
+class Facts:
+    """What decides whether an attack can run on a model: a reference model is there, earlier checkpoints
+    are (a trajectory), how the target was adapted is known (a cell's recipe; an audit has none), the
+    target reads in-context demonstrations."""
+
+    reference: bool = True
+    earlier: bool = False
+    recipe: bool = True
+    in_context: bool = False
+
+
+def skip_reason(attack: Any, facts: Facts) -> str | None:
+    """Why ``attack`` cannot run where ``facts`` hold (None: it runs). The one rule: the plan of a cell
+    (:func:`plan_cell`) and of an audit decide with it, and the executor
+    (:func:`privauditor.tasks.evaluate.evaluate`) runs what they decided."""
+    views = attack.views().values()
+    if not facts.reference and any("reference" in view.models() for view in views):
+        return "no reference model: a full checkpoint needs --reference"
+    if not facts.earlier and any(view.reads_earlier for view in views):
+        return "needs a training trajectory: at least 2 checkpoints"
+    if not facts.recipe and any(view.adapts for view in views):
+        return "needs how the target was adapted: only a cell knows it"
+    if facts.in_context and not all(view.in_context for view in views if "target" in view.models()):
+        return "not defined for in-context learning"
+    return None
+
+
+def skipped_attacks(attacks: Any, facts: Facts) -> dict[str, str]:
+    """Attack name -> why it cannot run, for the attacks (each with ``name`` and ``params``) that cannot."""
+    found = {
+        a.name: skip_reason(_attack(a.name, json.dumps(a.params, sort_keys=True)), facts) for a in attacks
+    }
+    return {name: reason for name, reason in found.items() if reason is not None}
+
+
+@dataclass(frozen=True)
 class ViewStage:
     """One view a checkpoint's attacks read. ``models``: (model name, ``base`` or ``adapted``) of each
     model it reads (none for a model-free view); ``computed`` False where the cell reads the store of an
@@ -64,7 +100,8 @@ class CheckpointPlan:
     """One checkpoint: ``attacks`` by name with how surely each runs there (1 or 0 once the best is
     known), whether the target is the base's own function there (``as_base``: a technique that starts as
     the base, at step 0, with only attacks that read signals: it reads the base's shared ones), whether
-    an adapter is saved, and the views read."""
+    an adapter is saved, the views read, and the attacks that are there but cannot run (``skipped``: name
+    -> why, :func:`skip_reason`; they read no view and are recorded as skipped)."""
 
     index: int
     epoch: float
@@ -72,6 +109,7 @@ class CheckpointPlan:
     as_base: bool
     saves: bool
     views: tuple[ViewStage, ...]
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def runs(self) -> list[str]:
@@ -117,15 +155,20 @@ def plan_cell(spec: Any, best: int | None = None, best_before_last: float = 1.0)
     for index, epoch in enumerate(epochs):
         weights = {name: _weight(attack, index, len(epochs), best, best_before_last)
                    for name, attack in attacks.items()}  # fmt: skip
+        facts = Facts(earlier=index > 0, in_context=technique.in_context)
+        skipped = {
+            n: r for n, a in attacks.items() if weights[n] > 0 and (r := skip_reason(a, facts)) is not None
+        }
         as_base = (
             technique.starts_as_base
             and epoch == 0
             and all(attacks[name].cheap for name, weight in weights.items() if weight > 0)
         )
         target = (spec.model, BASE if base_target or as_base else ADAPTED)
-        views = _views(attacks, weights, {"target": target, "reference": reference}, seen)
+        reading = {n: w for n, w in weights.items() if n not in skipped}
+        views = _views(attacks, reading, {"target": target, "reference": reference}, seen)
         saves = technique.trains and not as_base
-        checkpoints.append(CheckpointPlan(index, epoch, weights, as_base, saves, views))
+        checkpoints.append(CheckpointPlan(index, epoch, weights, as_base, saves, views, skipped))
     return CellPlan(technique, None if defence is None else defence.stage, tuple(checkpoints))
 
 

@@ -9,6 +9,7 @@ un-adapted models, which cells of the same split share.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,8 @@ class Evaluate:
     empirical ε bound and the duplication metrics (:class:`~privauditor.tasks.attack_job.AttackJob`).
     ``earlier``: the target's earlier checkpoints in a cell (what an attack of a trajectory reads).
     ``pii``: the dataset's declared PII fields, whose reconstruction rates join the extraction rates.
+    ``skipped``: the attacks that cannot run (name -> why), as the plan decided
+    (:func:`~privauditor.tasks.cell_plan.skip_reason`): they are recorded as skipped and read nothing.
     ``canaries``: the split's canaries and their settings, whose exposures join them too;
     ``pii_candidates``: with ``pii``, infer each field among that many candidates (``pii_inference``)."""
 
@@ -66,6 +69,7 @@ class Evaluate:
     pii: Mapping[str, str] | None = None
     canaries: tuple[tuple[Canary, ...], CanarySettings] | None = None
     pii_candidates: int | None = None
+    skipped: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def evaluate(
@@ -74,9 +78,8 @@ def evaluate(
     """Run ``attacks`` (each with ``name`` and ``params``, e.g. a cell spec's) on ``target``.
 
     ``parts`` holds the split's ``members`` and ``nonmembers`` (scored) and any ``population`` /
-    ``known_members``. Views are computed here, once each; the attacks are jobs on the stored views. An
-    attack that reads the reference model is skipped with a note when there is none (a full checkpoint
-    audited without ``--reference``).
+    ``known_members``. Views are computed here, once each; the attacks are jobs on the stored views. The
+    attacks in ``how.skipped`` are recorded as skipped with the plan's reason; nothing else is decided here.
     """
     out_dir, reference = how.out_dir, how.reference
     scorers = {"target": lambda: target}
@@ -93,23 +96,11 @@ def evaluate(
     shutil.copyfile(context.file(build_view("signals")), signals_file)  # the contract's copy, in the cell
     metrics: dict[str, Any] = {}
     runnable = []
-    for spec in attacks:
-        attack = build_attack(spec.name, spec.params)
-        views = attack.views()
-        missing = [role for role, view in views.items() if not set(view.models()) <= set(identities)]
-        if missing:
-            metrics[spec.name] = {"skipped": "no reference model: a full checkpoint needs --reference"}
+    for spec in attacks:  # what cannot run was decided by the plan (cell_plan.skip_reason), not here
+        if spec.name in how.skipped:
+            metrics[spec.name] = {"skipped": how.skipped[spec.name]}
             continue
-        if any(view.reads_earlier for view in views.values()) and not how.earlier:
-            metrics[spec.name] = {"skipped": "needs a training trajectory: at least 2 checkpoints"}
-            continue
-        if not all(context.available(view) for view in views.values()):
-            metrics[spec.name] = {"skipped": "needs how the target was adapted: only a cell knows it"}
-            continue
-        if target.contexts and not all(v.in_context for v in views.values() if "target" in v.models()):
-            metrics[spec.name] = {"skipped": "not defined for in-context learning"}
-            continue
-        runnable.append((spec, views))
+        runnable.append((spec, build_attack(spec.name, spec.params).views()))
     for _, views in runnable:
         for view in views.values():
             context.start(view)

@@ -91,16 +91,88 @@ class CellOutcome:
     warnings: tuple[str, ...] = ()  # what was weak about the inputs (an audit's; tasks/audit_inputs.py)
 
 
+#: the folder of every cell (and audit) in a results folder
+CELLS = "cells"
+
+
+class ResultsFolder:
+    """A results folder's layout, which this class alone knows: its marker, ``cells/<cell_id>/`` (each a
+    :class:`CellFolder`), the finished cells among them. Everything else reads and writes a results folder
+    through it (an object store's copy through :meth:`relative`, orchestrator/store/storage.py);
+    ``tests/test_imports.py`` fails on a path to ``cells/`` built anywhere else."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def cells_dir(self) -> Path:
+        return self.root / CELLS
+
+    def cell(self, cell_id: str) -> CellFolder:
+        return CellFolder(self.root, cell_id)
+
+    def cell_ids(self, finished: bool = True) -> list[str]:
+        """The ids of the cells (with ``finished``, those with ``DONE``), sorted."""
+        if not self.cells_dir.is_dir():
+            return []
+        found = sorted(p.name for p in self.cells_dir.iterdir() if p.is_dir())
+        return [c for c in found if self.cell(c).done] if finished else found
+
+    def cells(self, finished: bool = True) -> list[CellFolder]:
+        """:meth:`cell_ids` as folders."""
+        return [self.cell(c) for c in self.cell_ids(finished)]
+
+    @staticmethod
+    def relative(cell_id: str, *parts: str) -> str:
+        """A cell's file as a POSIX path relative to the results folder (an object store's key)."""
+        return "/".join([CELLS, cell_id, *parts])
+
+
 class CellFolder:
-    """``OUT/cells/<cell_id>/`` through its lifecycle: :attr:`done`, :meth:`start`, :meth:`finish`."""
+    """``OUT/cells/<cell_id>/`` through its lifecycle (:attr:`done`, :meth:`start`, :meth:`finish`) and
+    what a finished one holds (:meth:`record`, :meth:`metrics`, :meth:`checkpoints`)."""
 
     def __init__(self, out: Path, cell_id: str) -> None:
         self.out, self.cell_id = Path(out), cell_id
-        self.path = self.out / "cells" / cell_id
+        self.path = self.out / CELLS / cell_id
+
+    @classmethod
+    def at(cls, path: str | Path) -> CellFolder:
+        """The cell folder ``path`` (``OUT/cells/<cell_id>``)."""
+        path = Path(path)
+        return cls(path.parent.parent, path.name)
 
     @property
     def done(self) -> bool:
         return (self.path / "DONE").exists()
+
+    @property
+    def has_record(self) -> bool:
+        return (self.path / "cell.json").exists()
+
+    def record(self) -> CellRecord:
+        """Its ``cell.json``."""
+        return json.loads((self.path / "cell.json").read_text())
+
+    def metrics(self, checkpoint: str = ".") -> dict[str, Any]:
+        """The ``metrics.json`` of a checkpoint's audit (``checkpoint``: its ``path`` in the record; the
+        folder's own, the last checkpoint's, by default)."""
+        return json.loads((self.path / checkpoint / "metrics.json").read_text())
+
+    def checkpoints(self) -> list[tuple[CheckpointRecord, dict[str, Any]]]:
+        """(checkpoint record, metrics by attack) pairs, in step order."""
+        return checkpoint_results(self.path)
+
+    def finished(self) -> str:
+        """When it finished (``DONE``'s time; "" for a folder written before it was recorded)."""
+        return json.loads((self.path / "DONE").read_text()).get("finished", "")
+
+    def mark_interrupted(self) -> bool:
+        """Leave ``INTERRUPTED`` in a cell stopped part-way (if its folder exists); whether it did."""
+        if not self.path.is_dir():
+            return False
+        write_json(self.path / "INTERRUPTED", {"cell_id": self.cell_id})
+        return True
 
     def outcome(self, skipped: bool, warnings: tuple[str, ...] = ()) -> CellOutcome:
         """The finished cell's outcome (its last checkpoint's metrics)."""

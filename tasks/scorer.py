@@ -14,7 +14,7 @@ from .signals import Signals
 from .views._base import ModelIdentity
 
 if TYPE_CHECKING:
-    from .scoring import TokenStats
+    from .signals import TokenStats
 
 
 @dataclass

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,35 +30,8 @@ import torch
 from .datasets import Example
 from .deadline import check
 from .progress import Progress
-from .signals import TOPK
+from .signals import RANK_COLUMN, TOPK, TokenStats
 from .training import collate, encode
-
-#: The per-token statistics beyond ``logp``, in the order ``_stats`` returns them.
-MOMENTS = ("mu", "sigma", "top1_logp", "rank", "topk_lse")
-RANK_COLUMN = 1 + MOMENTS.index("rank")  # after logp
-
-
-@dataclass
-class TokenStats:
-    """One scored text: its target token ids and per-token statistics (float32; ``rank`` int16)."""
-
-    token_ids: np.ndarray
-    logp: np.ndarray
-    mu: np.ndarray | None = None
-    sigma: np.ndarray | None = None
-    top1_logp: np.ndarray | None = None
-    rank: np.ndarray | None = None
-    topk_lse: np.ndarray | None = None
-
-    def cut(self, n: int) -> TokenStats:
-        """The first ``n`` tokens' statistics."""
-        fields = (self.logp, *(getattr(self, name) for name in MOMENTS))
-        return TokenStats(self.token_ids[:n], *(None if a is None else a[:n] for a in fields))
-
-    @property
-    def nll(self) -> float:
-        """Mean per-token negative log-likelihood (nats)."""
-        return float(-self.logp.mean()) if len(self.logp) else float("nan")
 
 
 def _device(model: Any) -> torch.device:

@@ -22,10 +22,8 @@ import numpy as np
 
 from .errors import PrivauditorError
 
-if TYPE_CHECKING:  # scoring imports torch; attack jobs read signals without it
+if TYPE_CHECKING:
     import pyarrow as pa
-
-    from .scoring import TokenStats
 
 #: Top-k sampling's k whose kept mass (log-sum-exp of the k largest log p) the signal store keeps.
 TOPK = 40
@@ -42,6 +40,34 @@ EXTENDED = ("top1_logp", "rank", "topk_lse")
 def zlib_bytes(text: str) -> int:
     """Length in bytes of the zlib-compressed UTF-8 text (the zlib attack's entropy estimate)."""
     return len(zlib.compress(text.encode("utf-8")))
+
+
+#: The per-token statistics beyond ``logp``, in the order scoring (tasks/scoring.py) returns them.
+MOMENTS = ("mu", "sigma", "top1_logp", "rank", "topk_lse")
+RANK_COLUMN = 1 + MOMENTS.index("rank")  # after logp
+
+
+@dataclass
+class TokenStats:
+    """One scored text: its target token ids and per-token statistics (float32; ``rank`` int16)."""
+
+    token_ids: np.ndarray
+    logp: np.ndarray
+    mu: np.ndarray | None = None
+    sigma: np.ndarray | None = None
+    top1_logp: np.ndarray | None = None
+    rank: np.ndarray | None = None
+    topk_lse: np.ndarray | None = None
+
+    def cut(self, n: int) -> TokenStats:
+        """The first ``n`` tokens' statistics."""
+        fields = (self.logp, *(getattr(self, name) for name in MOMENTS))
+        return TokenStats(self.token_ids[:n], *(None if a is None else a[:n] for a in fields))
+
+    @property
+    def nll(self) -> float:
+        """Mean per-token negative log-likelihood (nats)."""
+        return float(-self.logp.mean()) if len(self.logp) else float("nan")
 
 
 @dataclass

@@ -23,16 +23,33 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .cache import stable_hash
 from .errors import PrivauditorError
-from .sections import DeepSpeedSettings, ScoreSettings, SplitConfig, whole
-
-if TYPE_CHECKING:
-    from .config import CellConfig
+from .sections import DeepSpeedSettings, ScoreSettings, SplitConfig, TrainSettings, whole
 
 UNKNOWN_HASH = "????????"  # what validate shows for a cell whose offline base is not built yet
+
+
+class Settings(Protocol):
+    """What :func:`resolve` reads of a cell's settings as written: a
+    :class:`~privauditor.tasks.config.CellConfig` (named here by what it holds, so that the spec, below the
+    settings, never imports them)."""
+
+    model: str
+    adaptation: str
+    dataset: str
+    seed: int
+    split: SplitConfig
+    train: TrainSettings
+    score: ScoreSettings
+    adaptation_params: dict[str, dict[str, Any] | None]
+    reference: str | None
+    defence: str
+    defence_params: dict[str, dict[str, Any] | None]
+
+    def built_attacks(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -149,7 +166,7 @@ def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "--")).strip("-") or "x"
 
 
-def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> CellSpec:
+def resolve(config: Settings, build: bool = True, data: str | None = None) -> CellSpec:
     """The :class:`CellSpec` of ``config`` (see the module docstring); ``build=False`` leaves offline
     models that are not built yet unidentified instead of pre-training them. ``data``: the records'
     identity when the caller has read them itself (an audit's two files), instead of the dataset's."""
@@ -171,11 +188,12 @@ def resolve(config: CellConfig, build: bool = True, data: str | None = None) -> 
     if deepspeed is None and trains:
         stage = spec.resources.zero_stage or (2 if train.workers > 1 else None)
         deepspeed = None if stage is None else DeepSpeedSettings(stage)
+    checkpoints: tuple[float, ...]
     if not trains:  # the base itself: one checkpoint, whatever the sweep's training settings
         epochs, checkpoints, lr = 0, (0,), 0.0
     else:
-        epochs = int(train.checkpoints[-1]) if train.checkpoints else train.epochs
-        epochs = technique.default_epochs if epochs is None else epochs
+        written = int(train.checkpoints[-1]) if train.checkpoints else train.epochs
+        epochs = technique.default_epochs if written is None else written
         checkpoints = train.checkpoints or (epochs,)
         lr = technique.default_lr_on(config.model, spec.family) if train.lr is None else train.lr
     resolved_train = TrainSpec(

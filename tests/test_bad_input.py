@@ -466,7 +466,7 @@ def test_a_bad_params_list_registers_nothing(capsys):
 def test_what_yaml_means_as_written_is_accepted(tmp_path):
     """The other side of the YAML cases: a leading ``---`` is one document, an exponent without a dot is a
     number, and a merge key's settings are overridden by the mapping's own keys (not a key given twice)."""
-    from privauditor.orchestrator.run.sweep import load_sweep
+    from privauditor.orchestrator.sweepfile.sweep import load_sweep
 
     path = write(tmp_path / "ok.yaml", "---\n" + MATRIX + "train: {<<: {epochs: 1, lr: 1e-3}, epochs: 2}\n")
     assert main(["validate", path]) == 0

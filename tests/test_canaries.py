@@ -14,8 +14,8 @@ from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.scoring import TokenStats
 from privauditor.tasks.sections import SplitConfig
+from privauditor.tasks.signals import TokenStats
 from privauditor.tasks.splits import draw_split
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from privauditor.orchestrator.cli import build_parser, main
 from privauditor.orchestrator.cli_help import EXAMPLES
-from privauditor.orchestrator.run.sweep import SWEEPS_DIR
+from privauditor.orchestrator.sweepfile.sweep import SWEEPS_DIR
 
 
 def test_version_names_the_package_version(capsys):

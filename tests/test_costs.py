@@ -127,7 +127,7 @@ def planned_memory(tmp_path, model, adaptation, precision="auto", **train):
     from privauditor.orchestrator.plan.plan import memory_bytes, tokens_for
     from privauditor.orchestrator.plan.shapes import registered, shape_of
     from privauditor.orchestrator.plan.work import cell_work
-    from privauditor.orchestrator.run.sweep import load_sweep
+    from privauditor.orchestrator.sweepfile.sweep import load_sweep
 
     sweep = {"name": "memory", "matrix": {"model": [model], "adaptation": [adaptation], "dataset": ["finance"]},
              "attacks": ["loss"], "split": {"members": 10, "nonmembers": 10, "validation": 4}, "score": {"batch_size": 4},

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from privauditor.orchestrator.run.sweep import parse_sweep
+from privauditor.orchestrator.sweepfile.sweep import parse_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.run.sweep import parse_sweep
+from privauditor.orchestrator.sweepfile.sweep import parse_sweep
 from privauditor.tasks.config import SplitConfig, cell_config
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.defences.dp import Privacy, noise_multiplier, rdp_epsilon, spent_epsilon

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from privauditor.orchestrator.report.hypothesis import Block, attempts, log_attempt, parse, registration
-from privauditor.orchestrator.run.sweep import load_sweep
+from privauditor.orchestrator.sweepfile.hypothesis import Block, attempts, log_attempt, parse, registration
+from privauditor.orchestrator.sweepfile.sweep import load_sweep
 from privauditor.tasks.errors import PrivauditorError
 
 BLOCK = """hypothesis:
@@ -131,7 +131,7 @@ def test_test_blocks_among_the_formed_ones_are_refused_in_one_line():
 def test_a_tiny_base_rebuilt_from_its_recipe_is_the_same_block_and_another_seed_is_not(checkout, tmp_path):
     """A tiny base rebuilt elsewhere may differ in its last bits (another sha256) from one recipe: the
     recipe (its cache folder, which hashes the pre-training seed) still makes it the same block."""
-    from privauditor.orchestrator.report.hypothesis import blocks_of
+    from privauditor.orchestrator.sweepfile.hypothesis import blocks_of
 
     root, _, _ = checkout
     recipe = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from privauditor.orchestrator.run.matrix import check_cell, expand
+from privauditor.orchestrator.sweepfile.matrix import check_cell, expand
 from privauditor.tasks.errors import PrivauditorError, UnknownNameError
 
 

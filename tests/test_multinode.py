@@ -11,7 +11,7 @@ import time
 import pytest
 
 from privauditor.orchestrator.run.runner import run_sweep
-from privauditor.orchestrator.run.sweep import parse_sweep
+from privauditor.orchestrator.sweepfile.sweep import parse_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

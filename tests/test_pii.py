@@ -75,7 +75,7 @@ def test_inference_picks_the_value_the_model_prefers_among_its_kind():
     strictly above), at chance 1/5; fields without enough decoys of their kind are not counted."""
     from privauditor.tasks.models import load_model
     from privauditor.tasks.pii import inference
-    from privauditor.tasks.scoring import TokenStats
+    from privauditor.tasks.signals import TokenStats
 
     examples = list(load_dataset("finance").examples[:24])
     member = np.arange(24) < 12
@@ -129,7 +129,7 @@ class _Recording:
         self.own, self.seen = {e.target for e in own}, []
 
     def score(self, chosen, max_length, batch_size, moments=True):
-        from privauditor.tasks.scoring import TokenStats
+        from privauditor.tasks.signals import TokenStats
 
         self.seen += list(chosen)
         found = []

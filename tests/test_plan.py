@@ -17,7 +17,7 @@ from privauditor.orchestrator.plan.inputs import load_prices, read_cluster
 from privauditor.orchestrator.plan.plan import plan_cells, seconds, tokens_for
 from privauditor.orchestrator.plan.shapes import registered, shape_of
 from privauditor.orchestrator.plan.work import SHARED, UNITS, cell_work
-from privauditor.orchestrator.run.sweep import load_sweep
+from privauditor.orchestrator.sweepfile.sweep import load_sweep
 from privauditor.tasks.models import MODELS
 
 TOTAL = re.compile(

@@ -14,8 +14,7 @@ import pytest
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.files import write_table
 from privauditor.tasks.neighbours import cached_neighbours, generate_neighbours
-from privauditor.tasks.scoring import TokenStats
-from privauditor.tasks.signals import TOPK, Signals
+from privauditor.tasks.signals import TOPK, Signals, TokenStats
 from privauditor.tasks.views import Cost, View
 from privauditor.tasks.views._base import ModelIdentity, ViewContext, aligned
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from privauditor.orchestrator.run.runner import leaderboard
-from privauditor.orchestrator.run.storage import Results
+from privauditor.orchestrator.report.write import leaderboard
+from privauditor.orchestrator.store.storage import Results
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.files import write_json
 

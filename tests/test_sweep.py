@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from privauditor.orchestrator.cli import main
-from privauditor.orchestrator.run.sweep import SWEEPS_DIR, load_sweep, parse_sweep
+from privauditor.orchestrator.sweepfile.sweep import SWEEPS_DIR, load_sweep, parse_sweep
 from privauditor.tasks.adaptations import ADAPTATIONS
 from privauditor.tasks.attacks import ATTACKS
 from privauditor.tasks.config import cell_config
@@ -191,8 +191,8 @@ def test_paper_sweep_resolves_every_cell_with_resources_and_deepspeed(capsys):
 
 
 def test_trial_resources_come_from_the_model_spec_unless_the_run_block_sets_them():
-    from privauditor.orchestrator.run.sweep import RunSettings
     from privauditor.orchestrator.run.trials import trial_resources
+    from privauditor.orchestrator.sweepfile.sweep import RunSettings
 
     tiny, big = (
         cell_config({"model": m, "adaptation": "lora", "dataset": "finance"})

@@ -144,8 +144,8 @@ def add(results: str | Path, location: str | Path, supersedes: list[str] | None 
 def _add_attempts(results: str | Path, store: Store) -> None:
     """The results folder's confirmatory attempts (``hypothesis_attempts.jsonl``), one immutable file each
     under ``attempts/<hypothesis>/<cells>.json``: the board counts a hypothesis's attempts over every run."""
-    from privauditor.orchestrator.report.hypothesis import ATTEMPTS, read_attempts
-    from privauditor.orchestrator.run.storage import Results
+    from privauditor.orchestrator.store.storage import Results
+    from privauditor.orchestrator.sweepfile.hypothesis import ATTEMPTS, read_attempts
 
     found = Results.at(results)
     if not found.fetch(ATTEMPTS):

@@ -70,7 +70,7 @@ def release(
     if not NAME.match(name):
         raise PrivauditorError(f"release name {name!r}: letters, digits, '.', '_' and '-' only, at most 64")
     if wandb_project is not None:  # checked before anything is written
-        from ..run.sweep import check_project
+        from privauditor.orchestrator.sweepfile.sweep import check_project
 
         check_project(wandb_project, "--wandb-project")
     if wandb_dir is not None and Path(wandb_dir).exists() and not Path(wandb_dir).is_dir():

@@ -122,8 +122,8 @@ def moves(before: Any, after: Any) -> dict[str, list]:
 
 def load_hypothesis(sweep: str) -> tuple[Any, str]:
     """The ``hypothesis`` block of a sweep file (a path, or a shipped sweep's name) and the sweep's name."""
-    from privauditor.orchestrator.report.hypothesis import parse
-    from privauditor.orchestrator.run.sweep import find_sweep
+    from privauditor.orchestrator.sweepfile.hypothesis import parse
+    from privauditor.orchestrator.sweepfile.sweep import find_sweep
     from privauditor.tasks.errors import PrivauditorError
     from privauditor.tasks.settings import read_yaml
 
@@ -140,7 +140,7 @@ def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]], 
     ``store``, how many confirmatory attempts of it the runs added there logged (``attempts/``)."""
     from dataclasses import replace
 
-    from privauditor.orchestrator.report.hypothesis import Block, registration
+    from privauditor.orchestrator.sweepfile.hypothesis import Block, registration
 
     kept = live(records)
     revisions = {(r["provenance"]["versions"] or {}).get("privauditor_git") for r in kept}

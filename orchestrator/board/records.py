@@ -28,6 +28,7 @@ from typing import Any
 
 from privauditor.tasks.cache import stable_hash
 from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.results import ResultsFolder
 from privauditor.tasks.spec import setting_of
 
 from ..report.row_schema import columns, record_fields
@@ -130,7 +131,7 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     (``privauditor audit``) are not benchmark cells and are left out (a folder of audits only is refused).
     ``supersedes`` maps (model, technique, dataset, seed, step) to the key of a record these replace."""
     from privauditor.orchestrator.report.leaderboard import rows
-    from privauditor.orchestrator.run.storage import Results
+    from privauditor.orchestrator.store.storage import Results
 
     results = Results.at(location)
     results.check_readable()  # before run_id gives an older folder a run id
@@ -139,7 +140,7 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     by_cell: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for row in rows(results.local):
         by_cell.setdefault((row["cell_id"], row["step"]), []).append(row)
-    cells = {c: json.loads((results.local / "cells" / c / "cell.json").read_text()) for c, _ in by_cell}
+    cells = {c: ResultsFolder(results.local).cell(c).record() for c, _ in by_cell}
     audits = {c for c, cell in cells.items() if "audit" in cell}
     if audits and audits == set(cells):
         raise PrivauditorError(

@@ -11,7 +11,6 @@ the price table's rate, not fitted: on tiny bases they are the same in every cel
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.results import ResultsFolder
 
 from .work import SHARED, UNITS, CellWork, cell_work
 
@@ -47,15 +47,13 @@ def finished_cells(results: str | Path, option: str = "") -> list[Finished]:
         raise PrivauditorError(f"{named} is not a results folder ({why})")
     check_results_format(Path(results))  # read, never written: no marker is made
     cells, order = [], []
-    for done in sorted(Path(results).glob("cells/*/DONE")):
-        record = json.loads((done.parent / "cell.json").read_text())
+    for cell in ResultsFolder(results).cells():
+        record = cell.record()
         best = next((i for i, c in enumerate(record.get("checkpoints", [])) if c.get("best")), None)
         spec = CellSpec.from_dict(record["config"])
         cells.append(Finished(spec, record.get("timings", {}), best, record["cell_id"], False))
         runtime = record.get("runtime", {})
-        order.append(
-            (json.loads(done.read_text()).get("finished", ""), runtime.get("ray_node_id"), runtime.get("pid"))
-        )
+        order.append((cell.finished(), runtime.get("ray_node_id"), runtime.get("pid")))
     firsts = {}
     for index, (_, *process) in sorted(enumerate(order), key=lambda item: item[1][0]):
         firsts.setdefault(tuple(process), index)

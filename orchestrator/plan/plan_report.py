@@ -24,7 +24,8 @@ def plan_report(args: argparse.Namespace) -> str:
 
 
 def _report(args: argparse.Namespace) -> str:
-    from ..run.sweep import load_sweep
+    from privauditor.orchestrator.sweepfile.sweep import load_sweep
+
     from .bench import calibrate_device, is_benchmark
     from .calibrate import calibrate, compare, error_summary
     from .shapes import shape_of

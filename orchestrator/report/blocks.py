@@ -14,13 +14,14 @@ variance (DeLong et al. 1988; :func:`privauditor.tasks.significance.delong_covar
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from privauditor.tasks.results import ResultsFolder
 
 CONTROL = "none"
 VIEWS = ("last", "best")
@@ -145,12 +146,11 @@ def _checkpoint_scores(
     at hand (results on an object store keep only summaries in the local stage)."""
     import pyarrow.parquet as pq
 
-    folder = Path(out) / "cells" / cell_id
-    if not (folder / "cell.json").exists():
+    cell = ResultsFolder(out).cell(cell_id)
+    if not cell.has_record:
         return None
-    record = json.loads((folder / "cell.json").read_text())
-    path = next((c["path"] for c in record["checkpoints"] if c["step"] == step), None)
-    file = folder / str(path) / "scores.parquet"
+    path = next((c["path"] for c in cell.record()["checkpoints"] if c["step"] == step), None)
+    file = cell.path / str(path) / "scores.parquet"
     if path is None or not file.exists():
         return None
     table = pq.read_table(file, columns=["sample_id", "member", "score"], filters=[("attack", "=", attack)])

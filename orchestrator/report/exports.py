@@ -80,6 +80,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from privauditor.tasks.results import ResultsFolder
 from privauditor.tasks.spec import slug
 
 from .summary import final
@@ -119,7 +120,7 @@ def finished_times(results: Path, cells: list[str]) -> dict[str, str]:
     ``DONE`` has none) the time ``DONE`` was written."""
     found = {}
     for cell_id in cells:
-        done = Path(results) / "cells" / cell_id / "DONE"
+        done = ResultsFolder(results).cell(cell_id).path / "DONE"
         try:
             stamp = json.loads(done.read_text()).get("finished")
         except (OSError, ValueError, AttributeError):

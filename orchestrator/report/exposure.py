@@ -12,7 +12,6 @@ technique (The Secret Sharer's figure), the null's 95 % range shaded.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 
 from privauditor.tasks.canaries import null_quantile, null_sf
 from privauditor.tasks.files import atomic_write
+from privauditor.tasks.results import ResultsFolder
 from privauditor.tasks.spec import technique_of
 
 from .formats import markdown_table
@@ -41,7 +41,7 @@ def _last_exposures(
     spaces = set()
     techniques = {r["cell_id"]: technique_of(r["cell_id"], r["adaptation"]) for r in rows}
     for cell_id in sorted({r["cell_id"] for r in rows if r.get("exposure_top") is not None}):
-        record = json.loads((Path(out) / "cells" / cell_id / "cell.json").read_text())
+        record = ResultsFolder(out).cell(cell_id).record()
         exposure = (record["checkpoints"][-1].get("extraction") or {}).get("exposure")
         if not exposure:
             continue

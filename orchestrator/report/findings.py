@@ -33,6 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from privauditor.orchestrator.sweepfile.hypothesis import of_results
+from privauditor.tasks.results import ResultsFolder
+
 from . import blocks as blk
 from .against import against
 from .answer import answer
@@ -43,7 +46,6 @@ from .findings_tables import defence_table, duplication_table, violations
 from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
 from .headline import ATTACK, view_of
-from .hypothesis import of_results
 from .matched import matched_section
 
 PRIMARY_ATTACK = ATTACK  # the headline's (:mod:`.headline`)
@@ -111,7 +113,7 @@ def findings(
 def _attempts(out: Path, rows: list[dict[str, Any]], hypothesis: Any, registration: Any, page: Any) -> int:
     """Log this run's confirmatory test in ``hypothesis_attempts.jsonl`` (a pre-registered hypothesis whose
     Page test ran) and return how many attempts the folder's log holds for the hypothesis."""
-    from .hypothesis import attempts, log_attempt
+    from privauditor.orchestrator.sweepfile.hypothesis import attempts, log_attempt
 
     if hypothesis is None:
         return 0
@@ -360,8 +362,7 @@ def _shift(out: Path, cell_id: str) -> dict[str, Any]:
 
     from privauditor.tasks.views.blind import METADATA
 
-    record = json.loads((out / "cells" / cell_id / "cell.json").read_text())
-    for checkpoint in record["checkpoints"]:
+    for checkpoint in ResultsFolder(out).cell(cell_id).record()["checkpoints"]:
         relative = checkpoint["views"].get("blind", {}).get("blind")
         if relative and (out / relative).exists():
             return json.loads(pq.read_schema(out / relative).metadata[METADATA])

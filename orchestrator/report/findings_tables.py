@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from privauditor.tasks.results import ResultsFolder
 from privauditor.tasks.spec import technique_of
 
 from .formats import markdown_table
@@ -94,9 +94,9 @@ def duplication_table(out: Path, rows: list[dict[str, Any]], attack: str) -> lis
         return []
     found = []
     for r in chosen:
-        record = json.loads((Path(out) / "cells" / r["cell_id"] / "cell.json").read_text())
-        path = next(c["path"] for c in record["checkpoints"] if c["step"] == r["step"])
-        metrics = json.loads((Path(out) / "cells" / r["cell_id"] / path / "metrics.json").read_text())[attack]
+        folder = ResultsFolder(out).cell(r["cell_id"])
+        path = next(c["path"] for c in folder.record()["checkpoints"] if c["step"] == r["step"])
+        metrics = folder.metrics(path)[attack]
         found.append((r, metrics["auc_by_repeats"]))
     counts = sorted({int(k) for _, by in found for k in by})
     body = [

@@ -93,9 +93,10 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
 
 def headline(out: Path, found: list[dict[str, Any]]) -> Markup:
     """The headline (:mod:`.headline`): findings.md's ranking, the same attack, checkpoint and blocks."""
+    from privauditor.orchestrator.sweepfile.hypothesis import of_sweep
+
     from .battery import battery_of
     from .headline import ATTACK, auc_text, rank_text, view_of
-    from .hypothesis import of_sweep
 
     view = view_of(of_sweep(out)[0])
     ranked = battery_of(found, ATTACK, view)[0]

@@ -22,13 +22,12 @@ seed), and ``runs`` is how many runs' records a row averages (1 in a results fol
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.faults import point
 from privauditor.tasks.files import atomic_write
-from privauditor.tasks.results import checkpoint_results
+from privauditor.tasks.results import ResultsFolder
 from privauditor.tasks.spec import CellSpec
 
 from .formats import fraction_text, markdown_table, tpr_text
@@ -39,12 +38,10 @@ from .summary import APART_HEADER, SUMMARY_HEADER, apart_table, summary
 def rows(out: Path) -> list[dict[str, Any]]:
     """One dict per (finished cell, checkpoint, attack), sorted by cell id, epoch, attack."""
     found = []
-    for cell_dir in sorted((Path(out) / "cells").glob("*/")):
-        if not (cell_dir / "DONE").exists():
-            continue
-        record = json.loads((cell_dir / "cell.json").read_text())
+    for folder in ResultsFolder(out).cells():
+        record = folder.record()
         spec = CellSpec.from_dict(record["config"])
-        for checkpoint, metrics in checkpoint_results(cell_dir):
+        for checkpoint, metrics in folder.checkpoints():
             for attack in sorted(metrics):
                 if "auc" in metrics[attack]:
                     found.append(row(Source(record, spec, checkpoint, attack, metrics[attack])))

@@ -16,7 +16,6 @@ from ``WANDB_MODE``, else online).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.files import replace_folder, write_json
+from privauditor.tasks.results import ResultsFolder
 
 #: the parts of a cell's ``cell.json`` that are published (``runtime`` names machines; it stays home)
 PROVENANCE_KEYS = (
@@ -36,7 +36,7 @@ MARKER = "published.json"
 def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[dict[str, Any]]:
     """Write the public export of ``results`` to ``to``; returns the leaderboard rows."""
     results, to = Path(results).resolve(), Path(to).resolve()
-    from ..run.storage import Results
+    from privauditor.orchestrator.store.storage import Results
 
     Results.at(results).check_readable()  # not a results folder, or one of another format: refused, not read
     if to == results or to in results.parents:
@@ -49,7 +49,7 @@ def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[d
             "outside the results folder, or directly in it (the default: DIR/public)"
         )
     if wandb_project is not None:
-        from ..run.sweep import check_project
+        from privauditor.orchestrator.sweepfile.sweep import check_project
 
         check_project(wandb_project, "--wandb-project")
     from .leaderboard import rows
@@ -57,8 +57,8 @@ def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[d
     found = rows(results)
     replace_folder(to, lambda tmp: _write(results, tmp, found))
     if wandb_project:
-        from ..run.sweep import WandbSettings
-        from ..run.tracking import log_leaderboard
+        from privauditor.orchestrator.store.tracking import log_leaderboard
+        from privauditor.orchestrator.sweepfile.sweep import WandbSettings
 
         mode = os.environ.get("WANDB_MODE") or "online"
         log_leaderboard(WandbSettings(mode=mode, project=wandb_project), results.name, to, found)
@@ -81,7 +81,7 @@ def _write(results: Path, tmp: Path, found: list[dict[str, Any]]) -> None:
     export_files.write(tmp, found, finished_times(results, cells))  # Hub and Every Eval Ever files, both
     provenance = {}
     for cell_id in cells:
-        record = json.loads((results / "cells" / cell_id / "cell.json").read_text())
+        record = ResultsFolder(results).cell(cell_id).record()
         provenance[cell_id] = {k: record[k] for k in PROVENANCE_KEYS if k in record}
     write_json(tmp / "provenance.json", {"cells": provenance})
     write_json(tmp / MARKER, {"results": results.name, "cells": len(cells), "rows": len(found)})

@@ -1,1 +1,2 @@
-"""The orchestrator's running a sweep: its file, its cells as Ray Tune trials, results storage, tracking."""
+"""The orchestrator's running a sweep: its cells as Ray Tune trials, views and attacks as Ray tasks, DeepSpeed
+under Ray Train, progress."""

@@ -14,57 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.files import write_json, write_text
-from privauditor.tasks.results import check_results_dir
-
-from .storage import Results
-from .sweep import Sweep
+from privauditor.orchestrator.report.write import answer_section, leaderboard, write_findings
+from privauditor.orchestrator.store.storage import Results
+from privauditor.orchestrator.sweepfile.sweep import Sweep
+from privauditor.tasks.files import write_text
+from privauditor.tasks.results import ResultsFolder, check_results_dir
 
 
 def pending(specs: list[Any], results: Results) -> list[Any]:
     """The resolved cells without ``DONE`` in ``results``."""
     return [s for s in specs if not results.done(s.cell_id())]
-
-
-def leaderboard(results: Results, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Rebuild the leaderboard from the finished cells (fetched from an object store first), or from
-    their rows ``found`` where the caller has read them already."""
-    from ..report.leaderboard import build
-
-    if found is None:
-        results.pull_summaries()
-    found = build(results.local, found)
-    results.push_leaderboard()
-    return found
-
-
-def write_findings(
-    results: Results, found: list[dict[str, Any]], attack: str = "loss", other: tuple | None = None
-) -> str:
-    """``findings.md`` and the privacy–utility plots from the leaderboard rows ``found`` (``other``: a
-    (name, rows) pair of another folder to rank against); returns the text."""
-    from ..report.findings import findings
-    from ..report.hypothesis import ATTEMPTS
-    from ..report.leaderboard import write_html
-    from ..report.plots import privacy_utility_pngs
-
-    results.fetch(ATTEMPTS)  # the confirmatory attempts logged so far (an object store's copy)
-    text = findings(results.local, found, attack, other)
-    write_text(results.local / "findings.md", text)
-    results.upload("findings.md")
-    if (results.local / ATTEMPTS).exists():
-        results.upload(ATTEMPTS)
-    for path in privacy_utility_pngs(found, attack, results.local / "plots" / "privacy_utility"):
-        results.upload(path.relative_to(results.local).as_posix())
-    write_html(results.local, found)  # now with the plots
-    results.upload("leaderboard.html")
-    return text
-
-
-def answer_section(findings_md: str) -> str:
-    """The Answer of ``findings.md`` (its first section), as the end of a run prints it."""
-    sections = findings_md.split("\n## ")
-    return "## " + sections[1].strip() if len(sections) > 1 else findings_md.strip()
 
 
 def run_sweep(
@@ -121,7 +80,7 @@ def run_sweep(
     interrupted = [s.cell_id() for s in pending(specs, results) if s.cell_id() not in failed]
     found = leaderboard(results)
     if todo and not interrupted:
-        from .tracking import log_leaderboard
+        from privauditor.orchestrator.store.tracking import log_leaderboard
 
         log_leaderboard(sweep.wandb, sweep.name, local, found)
     print(f"leaderboard: {local / 'leaderboard.html'} ({len(found)} rows)")
@@ -136,9 +95,8 @@ def run_sweep(
         print(f"FAILED {cell_id}: {error}")
     if interrupted:
         for cell_id in interrupted:  # a started cell's partial files stay for inspection; a rerun redoes it
-            if (local / "cells" / cell_id).is_dir():
-                write_json(local / "cells" / cell_id / "INTERRUPTED", {"cell_id": cell_id})
-                results.upload(f"cells/{cell_id}/INTERRUPTED")
+            if ResultsFolder(local).cell(cell_id).mark_interrupted():
+                results.upload(ResultsFolder.relative(cell_id, "INTERRUPTED"))
         print(
             f"interrupted: {len(interrupted)} cells not finished; run the same command again to finish them"
         )

@@ -104,13 +104,13 @@ def _trial(
     import torch
     from ray import tune
 
+    from privauditor.orchestrator.store.storage import Results
     from privauditor.tasks.cell import CellEnvironment, run_cell
     from privauditor.tasks.results import checkpoint_results
 
     from ..report.plots import roc_png
     from .attack_actor import attack_actor, ray_tasks
     from .ray_train import RayTrainLauncher
-    from .storage import Results
     from .view_tasks import adapts, view_task
 
     attack_actor()  # started now, so its process start-up overlaps the cell's adaptation
@@ -140,7 +140,7 @@ def _trial(
     roc_png(outcome.metrics, results.local / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
     results.push_cell(outcome.cell_id)  # object stores: every file uploaded, DONE last
     results.upload(f"plots/{outcome.cell_id}.png")
-    from .tracking import checkpoint_report, log_cell
+    from privauditor.orchestrator.store.tracking import checkpoint_report, log_cell
 
     audited = checkpoint_results(outcome.path)
     if sweep is not None and not outcome.skipped:

@@ -71,7 +71,8 @@ class InContextLearning(Adaptation):
         if not prompts:
             raise PrivauditorError("adaptation 'icl' needs at least one member to demonstrate")
         texts = ["".join(f"{e.prompt}{e.target}\n" for e in prompt) for prompt in prompts]
-        contexts, drawn = {}, random.Random(f"icl-assign:{seed}")
+        contexts: dict[str, str] = {}
+        drawn = random.Random(f"icl-assign:{seed}")
         for index, prompt in enumerate(prompts):
             contexts |= {e.sample_id: texts[index] for e in prompt}
         assigned = {}

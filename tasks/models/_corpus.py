@@ -86,7 +86,8 @@ def load_corpus(build: bool = True) -> Corpus | None:
     if folder is None:
         return None
     path = folder / "corpus.jsonl"
-    train, held_out = [], []
+    train: list[str] = []
+    held_out: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
         (held_out if row["split"] == "held_out" else train).append(row["text"])

@@ -12,7 +12,6 @@ done once per node. The leaderboard is built from the finished cells' ``cell.jso
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from privauditor.tasks.cache import cache_root, stable_hash
 from privauditor.tasks.errors import PrivauditorError, one_line
 from privauditor.tasks.files import atomic_write
+from privauditor.tasks.results import CELLS, ResultsFolder
 
 #: what a leaderboard needs of each finished cell
 SUMMARY_FILES = ("DONE", "cell.json", "metrics.json")
@@ -67,8 +67,8 @@ class Results:
     def done(self, cell_id: str) -> bool:
         """The cell finished (its ``DONE`` is there)."""
         if not self.remote:
-            return (self.local / "cells" / cell_id / "DONE").exists()
-        return self._exists(f"cells/{cell_id}/DONE")
+            return ResultsFolder(self.local).cell(cell_id).done
+        return self._exists(ResultsFolder.relative(cell_id, "DONE"))
 
     def upload(self, relative: str) -> None:
         """One local file of the stage to the same place on the filesystem, in one piece."""
@@ -90,9 +90,11 @@ class Results:
         """Upload a finished cell: every file, then ``DONE`` (an interrupted upload leaves no ``DONE``)."""
         if not self.remote:
             return
-        folder = self.local / "cells" / cell_id
+        folder = ResultsFolder(self.local).cell(cell_id).path
         files = sorted(p.relative_to(self.local).as_posix() for p in folder.rglob("*") if p.is_file())
-        for relative in [f for f in files if not f.endswith("/DONE")] + [f"cells/{cell_id}/DONE"]:
+        for relative in [f for f in files if not f.endswith("/DONE")] + [
+            ResultsFolder.relative(cell_id, "DONE")
+        ]:
             self.upload(relative)
         keep = {folder / name for name in SUMMARY_FILES} | set(folder.glob("checkpoints/*/metrics.json"))
         for path in sorted(folder.rglob("*"), reverse=True):  # the stage keeps what a leaderboard reads
@@ -107,17 +109,19 @@ class Results:
             return
         from pyarrow import fs as pafs
 
-        listing = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/cells", allow_not_found=True))
+        listing = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/{CELLS}", allow_not_found=True))
         for info in listing:
             cell_id = info.base_name
-            if info.type != pafs.FileType.Directory or not self._exists(f"cells/{cell_id}/DONE"):
+            if info.type != pafs.FileType.Directory or not self._exists(
+                ResultsFolder.relative(cell_id, "DONE")
+            ):
                 continue
+            cell = ResultsFolder(self.local).cell(cell_id)
             for name in SUMMARY_FILES:
-                if not (self.local / "cells" / cell_id / name).exists():
-                    self.download(f"cells/{cell_id}/{name}")
-            record = json.loads((self.local / "cells" / cell_id / "cell.json").read_text())
-            for checkpoint in record.get("checkpoints", []):  # earlier checkpoints' metrics
-                relative = f"cells/{cell_id}/{checkpoint['path']}/metrics.json"
+                if not (cell.path / name).exists():
+                    self.download(ResultsFolder.relative(cell_id, name))
+            for checkpoint in cell.record().get("checkpoints", []):  # earlier checkpoints' metrics
+                relative = ResultsFolder.relative(cell_id, checkpoint["path"], "metrics.json")
                 if checkpoint["path"] != "." and not (self.local / relative).exists():
                     self.download(relative)
             if (
@@ -135,7 +139,7 @@ class Results:
         format; its ``privauditor.json`` is read, never written (a folder without one is left as it is)."""
         from privauditor.tasks.results import check_results_format
 
-        if not self.remote and not (self.local / "cells").is_dir():
+        if not self.remote and not ResultsFolder(self.local).cells_dir.is_dir():
             raise PrivauditorError(f"{self.uri} is not a results folder (no cells/ inside)")
         if self.fetch("privauditor.json"):
             check_results_format(self.local, self.uri)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.errors import PrivauditorError, unknown_name_message
+from privauditor.tasks.results import ResultsFolder
 from privauditor.tasks.settings import build, load_yaml, read_yaml
 
 CHECKPOINTS = ("last", "best")
@@ -239,7 +240,7 @@ def blocks_of(out: Path, cell_ids: set[str]) -> tuple[set[Block], set[str | None
     """The blocks, code revisions and seeds of a results folder's cells ``cell_ids`` (their ``cell.json``)."""
     blocks, revisions, seeds = set(), set(), set()
     for cell_id in sorted(cell_ids):
-        record = json.loads((Path(out) / "cells" / cell_id / "cell.json").read_text())
+        record = ResultsFolder(out).cell(cell_id).record()
         config = record.get("config", {})
         recipe = (record.get("model") or {}).get("path_name", "") if _tiny(config.get("model")) else ""
         blocks.add(

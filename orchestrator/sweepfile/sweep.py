@@ -32,7 +32,7 @@ from privauditor.tasks.config import CellConfig, cell_config
 from privauditor.tasks.errors import PrivauditorError, closest, unknown_name_message
 from privauditor.tasks.settings import build, read_yaml, yaml_hint
 
-from ..report.hypothesis import Hypothesis, parse
+from .hypothesis import Hypothesis, parse
 from .matrix import Dropped, defence_reason, expand
 
 MATRIX_KEYS = ("model", "adaptation", "dataset")
@@ -105,7 +105,7 @@ class Sweep:
     run: RunSettings
     wandb: WandbSettings
     source: dict[str, Any] = field(repr=False)
-    hypothesis: Hypothesis | None = None  # the one confirmatory test (orchestrator/report/hypothesis.py)
+    hypothesis: Hypothesis | None = None  # the one confirmatory test (orchestrator/sweepfile/hypothesis.py)
 
     def resolved(self, cell_ids: list[str]) -> dict[str, Any]:
         """The sweep with every default filled in and its cells' ids (written to ``OUT/sweep.yaml``)."""

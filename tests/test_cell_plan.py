@@ -1,0 +1,71 @@
+"""The plan is what runs: for every registered technique (in-context learning included) and a defence, a
+cell's plan (:func:`~privauditor.tasks.cell_plan.plan_cell`, given the best checkpoint the cell found) names
+exactly the attacks each checkpoint ran, the ones it skipped with the same reason, and views read by the
+attacks that ran only; and the skip rule the plan and an audit share."""
+
+from __future__ import annotations
+
+import pytest
+
+from privauditor.tasks.adaptations import ADAPTATIONS
+from privauditor.tasks.attacks import build_attack
+from privauditor.tasks.cell import run_cell
+from privauditor.tasks.cell_plan import Facts, plan_cell, skip_reason
+from privauditor.tasks.config import cell_config
+from privauditor.tasks.results import ResultsFolder
+from privauditor.tasks.spec import CellSpec
+
+#: an attack of each kind of rule: signals only, gradients (no context), a trajectory, a model of its own
+ATTACKS = "attacks=[loss,gradnorm,lt_iqr,spv_mia]"
+SMALL = ["split.members=8", "split.nonmembers=8", "split.validation=4", "split.population=8",
+         "train.max_length=32", "train.batch_size=4", "train.checkpoints=[1,2]", ATTACKS,
+         "attack_params.spv_mia.epochs=1", "score.bootstrap=20"]  # fmt: skip
+CELLS = [(t, "none") for t in ADAPTATIONS.names()] + [("lora", "dp")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("technique", "defence"), CELLS)
+def test_the_plan_names_exactly_what_the_cell_ran_and_skipped(tmp_path, technique, defence):
+    settings = {
+        "model": "tiny-llama",
+        "adaptation": technique,
+        "dataset": "finance",
+        "seed": 0,
+        "defence": defence,
+    }
+    outcome = run_cell(cell_config(settings, SMALL), tmp_path)
+    cell = ResultsFolder(tmp_path).cell(outcome.cell_id)
+    record = cell.record()
+    spec = CellSpec.from_dict(record["config"])
+    best = next(i for i, c in enumerate(record["checkpoints"]) if c["best"])
+    plan = plan_cell(spec, best=best)
+    assert len(plan.checkpoints) == len(record["checkpoints"])
+    for stage, (checkpoint, metrics) in zip(plan.checkpoints, cell.checkpoints(), strict=True):
+        assert checkpoint["attacks"] == stage.runs
+        ran_skipped = {a: m["skipped"] for a, m in metrics.items() if "skipped" in m and a in stage.skipped}
+        assert ran_skipped == stage.skipped
+        assert set(checkpoint["views"]) == set(stage.runs) - set(stage.skipped)
+        planned = {a for view in stage.views for a in view.attacks}
+        assert planned == set(stage.runs) - set(stage.skipped)
+    if technique == "icl":  # gradients and a model of its own read no demonstrations: never planned
+        assert all({"gradnorm", "spv_mia"} <= set(s.skipped) for s in plan.checkpoints if s.runs)
+        assert not plan.adapts  # so a sweep reserves no second bundle for it
+    elif len(plan.checkpoints) > 1:  # a trained technique: the trajectory attack reads the earlier one
+        last = plan.checkpoints[-1]
+        assert "lt_iqr" in last.runs and "lt_iqr" not in last.skipped
+
+
+@pytest.mark.parametrize(
+    ("attack", "facts", "reason"),
+    [
+        ("reference", Facts(reference=False), "no reference model"),
+        ("lt_iqr", Facts(), "needs a training trajectory"),
+        ("lt_iqr", Facts(earlier=True), None),
+        ("spv_mia", Facts(recipe=False), "needs how the target was adapted"),
+        ("gradnorm", Facts(in_context=True), "not defined for in-context learning"),
+        ("loss", Facts(reference=False, recipe=False, in_context=True), None),
+    ],
+)
+def test_one_skip_rule_for_plans_and_audits(attack, facts, reason):
+    found = skip_reason(build_attack(attack), facts)
+    assert (found is None) if reason is None else found.startswith(reason)
