@@ -30,7 +30,7 @@ from .datasets import content_hash
 from .errors import PrivauditorError
 from .precision import resolve_precision, to_precision
 from .provenance import directory_hash, versions
-from .results import CellFolder, CellOutcome, CellRecord, check_results_dir
+from .results import CellFolder, CellOutcome, cell_record, check_results_dir, checkpoint_record
 from .spec import precision_setting, resolve, slug
 
 #: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which
@@ -166,10 +166,22 @@ def run_audit(
     from .training import validation_loss
 
     utility = validation_loss(loaded.model, loaded.tokenizer, parts["nonmembers"], max_length, loaded.seq2seq)
-    record: CellRecord = {
-        "cell_id": audit_id,
-        "config": spec.to_dict() | {"model": model, "adaptation": technique, "dataset": Path(members).name},
-        "audit": {
+    checkpoint = checkpoint_record(  # one, of unknown training epoch
+        epoch=None, step=None, best=None, path=".", utility_loss=utility, adaptation_hash=adapter_hash,
+        attacks=[a.name for a in spec.attacks], views=found.views, extraction=found.extraction,
+    )  # fmt: skip
+    record = cell_record(
+        cell_id=audit_id,
+        config=spec.to_dict() | {"model": model, "adaptation": technique, "dataset": Path(members).name},
+        provenance={"adaptation_hash": adapter_hash, "texts": texts},
+        checkpoints=[checkpoint],
+        trainable_params=trainable,
+        total_params=sum(p.numel() for p in loaded.model.parameters()),
+        train={"seconds": 0.0},
+        n_members=len(parts["members"]),
+        n_nonmembers=len(parts["nonmembers"]),
+        timings={"total": round(time.perf_counter() - started, 3)},
+        audit={
             "model": model,
             "revision": model_spec.revision,
             "dtype": model_spec.dtype,
@@ -184,30 +196,8 @@ def run_audit(
             },
             "chat": {"template": template_of(loaded.tokenizer), "scored": chat_scored} if chats else None,
         },
-        "provenance": {"adaptation_hash": adapter_hash, "texts": texts},
-        "views": found.views,
-        "checkpoints": [  # one, of unknown training epoch
-            {
-                "epoch": None,
-                "step": None,
-                "best": None,
-                "path": ".",
-                "utility_loss": utility,
-                "adaptation_hash": adapter_hash,
-                "attacks": [a.name for a in spec.attacks],
-                "views": found.views,
-                "extraction": found.extraction,
-            }
-        ],  # fmt: skip
-        "trainable_params": trainable,
-        "total_params": sum(p.numel() for p in loaded.model.parameters()),
-        "train": {"seconds": 0.0},
-        "utility_loss": utility,  # mean NLL on the non-members (held-out text)
-        "loss_receipts": receipts,  # the members' coverage by a training loss at this max_length
-        "n_members": len(parts["members"]),
-        "n_nonmembers": len(parts["nonmembers"]),
-        "timings": {"total": round(time.perf_counter() - started, 3)},
-        "versions": versions(),
-    }
+        loss_receipts=receipts,  # the members' coverage by a training loss at this max_length
+        versions=versions(),
+    )  # its utility: the mean NLL on the non-members (held-out text)
     folder.finish(record)
     return folder.outcome(skipped=False, warnings=tuple(warnings))

@@ -37,7 +37,15 @@ from .faults import in_cell
 from .files import write_json
 from .progress import Progress
 from .provenance import directory_hash, hardware, versions
-from .results import RESULTS_FORMAT, CellFolder, CellOutcome, CheckpointRecord, checkpoint_path
+from .results import (
+    RESULTS_FORMAT,
+    CellFolder,
+    CellOutcome,
+    CheckpointRecord,
+    cell_record,
+    checkpoint_path,
+    checkpoint_record,
+)
 from .spec import CellSpec, slug
 
 log = logging.getLogger(__name__)
@@ -165,37 +173,35 @@ def execute(
     audited = audit_checkpoints(trained, cell_dir, shared, reference, clock, env)
     shutil.rmtree(snapshots, ignore_errors=True)
     final = audited[-1]
-    return {
-        "cell_id": cell_id,
-        "config": spec.to_dict(),
-        "model": {"name": spec.model, "family": loaded.family.name, "path_name": Path(loaded.path).name},
-        "provenance": {
+    return cell_record(
+        cell_id=cell_id,
+        config=spec.to_dict(),
+        provenance={
             "results_format": RESULTS_FORMAT,
             "split": split.hashes(),
             "split_file": str(split_file.relative_to(shared.parent)),
             "adaptation_hash": final["adaptation_hash"],
         },
-        "views": final["views"],
-        "checkpoints": audited,
-        "trainable_params": trainable,
-        "total_params": total,
-        "train": {
+        checkpoints=audited,
+        trainable_params=trainable,
+        total_params=total,
+        train={
             "epochs": result.epochs,
             "lr": result.lr,
             "steps": result.steps,
             "seconds": result.seconds,
             "epoch_losses": result.epoch_losses,
         },
-        "defence": {"name": spec.defence} | ({} if guard is None else guard.record(result.steps)),
-        "utility_loss": final["utility_loss"],
-        "device": str(next(model.parameters()).device),
-        "precision": spec.train.precision,
-        "loss_receipts": receipts,  # None: nothing trains (none, icl)
-        "n_members": len(split.members),
-        "n_nonmembers": len(split.nonmembers),
-        "repeats": split.repeats(),
-        "timings": clock.seconds,
-    }
+        n_members=len(split.members),
+        n_nonmembers=len(split.nonmembers),
+        timings=clock.seconds,
+        model={"name": spec.model, "family": loaded.family.name, "path_name": Path(loaded.path).name},
+        defence={"name": spec.defence} | ({} if guard is None else guard.record(result.steps)),
+        device=str(next(model.parameters()).device),
+        precision=spec.train.precision,
+        loss_receipts=receipts,  # None: nothing trains (none, icl)
+        repeats=split.repeats(),
+    )
 
 
 @dataclass
@@ -298,19 +304,19 @@ def audit_checkpoints(
         spent = None if trained.epsilon_at is None else trained.epsilon_at(step)
         violations = dp_violations(found.metrics, spent)
         audited.append(
-            {
-                "epoch": epoch,
-                "step": step,
-                "best": step == best,
-                "path": str(folder.relative_to(cell_dir)),
-                "utility_loss": utilities[step],
-                "adaptation_hash": adaptation_hash,
-                "attacks": [a.name for a in attacks],
-                "views": found.views,
-                "extraction": found.extraction,
-            }
-            | ({} if spent is None else {"epsilon": spent, "dp_violations": violations})
-            | ({"elsewhere": found.elsewhere} if found.elsewhere else {})
+            checkpoint_record(
+                epoch=epoch,
+                step=step,
+                best=step == best,
+                path=str(folder.relative_to(cell_dir)),
+                utility_loss=utilities[step],
+                adaptation_hash=adaptation_hash,
+                attacks=[a.name for a in attacks],
+                views=found.views,
+                extraction=found.extraction,
+                **({} if spent is None else {"epsilon": spent, "dp_violations": violations}),
+                **({"elsewhere": found.elsewhere} if found.elsewhere else {}),
+            )  # fmt: skip
         )
         shown.update(1, epoch=epoch)
     shown.close()

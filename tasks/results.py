@@ -37,7 +37,7 @@ class CheckpointRecord(_CheckpointExtras):
     """One audited checkpoint in ``cell.json``: its epoch and step (None for an audit, whose training is
     unknown), whether it had the lowest validation NLL of the cell (``best``), where its files are
     (relative to the cell folder), its utility (mean validation NLL), adaptation hash, the attacks run and
-    the view files each read. A DP run adds the ε spent by then and the attacks whose empirical lower
+    the view files each read, and its extraction rates. A DP run adds the ε spent by then and the attacks whose empirical lower
     bound exceeds it; views computed out of the cell's process report under ``elsewhere``."""
 
     epoch: float | None
@@ -48,6 +48,7 @@ class CheckpointRecord(_CheckpointExtras):
     adaptation_hash: str
     attacks: list[str]
     views: dict[str, dict[str, str]]
+    extraction: dict[str, Any]  # extraction, PII and canary exposure at this checkpoint (tasks/extraction.py)
 
 
 class _CellExtras(TypedDict, total=False):
@@ -80,6 +81,56 @@ class CellRecord(_CellExtras):
     n_nonmembers: int
     timings: dict[str, float]
     versions: dict[str, str]
+
+
+def checkpoint_record(  # noqa: PLR0913  # the record's fields, by keyword
+    *,
+    epoch: float | None,
+    step: int | None,
+    best: bool | None,
+    path: str,
+    utility_loss: float,
+    adaptation_hash: str,
+    attacks: list[str],
+    views: dict[str, dict[str, str]],
+    extraction: dict[str, Any],
+    **extras: Any,
+) -> CheckpointRecord:
+    """One :class:`CheckpointRecord`, as the cell and the audit both write it (``extras``: a DP run's ε
+    and violations, views computed elsewhere)."""
+    record = CheckpointRecord(
+        epoch=epoch, step=step, best=best, path=path, utility_loss=utility_loss,
+        adaptation_hash=adaptation_hash, attacks=attacks, views=views, extraction=extraction,
+    )  # fmt: skip
+    return record | extras  # type: ignore[return-value]  # the extras are CheckpointRecord's optional keys
+
+
+def cell_record(  # noqa: PLR0913  # the record's fields, by keyword
+    *,
+    cell_id: str,
+    config: dict[str, Any],
+    provenance: dict[str, Any],
+    checkpoints: list[CheckpointRecord],
+    trainable_params: int,
+    total_params: int,
+    train: dict[str, Any],
+    n_members: int,
+    n_nonmembers: int,
+    timings: dict[str, float],
+    **extras: Any,
+) -> CellRecord:
+    """``cell.json`` as the cell (:func:`~privauditor.tasks.cell.run_cell`) and the audit
+    (:func:`~privauditor.tasks.audit.run_audit`) both write it: the last checkpoint's views and utility at
+    the top, ``extras`` (``model``, ``audit``, ``defence``, ``device``, ``precision``, ``loss_receipts``,
+    ``repeats``, ``versions``, ...) after the common fields."""
+    last = checkpoints[-1]
+    record = {
+        "cell_id": cell_id, "config": config, "provenance": provenance, "views": last["views"],
+        "checkpoints": checkpoints, "trainable_params": trainable_params, "total_params": total_params,
+        "train": train, "utility_loss": last["utility_loss"], "n_members": n_members,
+        "n_nonmembers": n_nonmembers, "timings": timings,
+    }  # fmt: skip
+    return record | extras  # type: ignore[return-value]  # the extras are CellRecord's optional keys
 
 
 @dataclass
