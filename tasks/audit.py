@@ -88,73 +88,43 @@ def run_audit(
     options: AuditOptions | None = None,
 ) -> CellOutcome:
     """Score, attack and measure ``model`` (+ ``options.adapter``) on the given members and non-members."""
-    from .attacks import ATTACKS
     from .evaluate import Evaluate, evaluate
-    from .models import load_model, resolve_model, weights_identity
-    from .pii import check_patterns
+    from .models import resolve_model, weights_identity
     from .receipts import audit_receipts
-    from .scorer import Reference, Scorer, identity_of
+    from .scorer import Scorer, identity_of
+    from .training import validation_loss
 
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
     options = options or AuditOptions()
-    adapter, reference, revision, dtype = options.adapter, options.reference, options.revision, options.dtype
-    chat_scored = options.chat_scored
-    check_patterns(dict(options.pii))  # a bad pattern is a one-line error before anything loads
-    parts, chats = {}, {}
-    for part, path in (("members", members), ("nonmembers", nonmembers)):
-        parts[part], found = read_records(path, part[0], options.text_column)
-        chats |= found
-    trajectory = [a for a in config.attacks if ATTACKS.get(a).access == "checkpoints"]
-    if trajectory:
-        raise PrivauditorError(
-            f"attack '{trajectory[0]}' reads a training trajectory (at least 2 checkpoints); an audit has one model"
-        )
-    attacks = [a for a in config.attacks if ATTACKS.get(a).access != "model-free"]  # the verdict's family
-    warnings = check_inputs(parts["members"], parts["nonmembers"], len(attacks))
+    parts, chats, warnings = _read_parts(members, nonmembers, config, options)
     texts = content_hash([*parts["members"], *parts["nonmembers"]])
     # identities (may build what the attacks need, so after the checks); the data is the files' records
     spec = resolve(config, data=f"sha256:{texts}")
-    adapter_hash = directory_hash(Path(adapter)) if adapter else "none"
-    model_spec = resolve_model(model, revision, dtype)
+    adapter_hash = directory_hash(Path(options.adapter)) if options.adapter else "none"
+    model_spec = resolve_model(model, options.revision, options.dtype)
     # the precision by the weights as loaded (--dtype included), as a cell's (tasks/precision.py)
     precision = resolve_precision(precision_setting(config.train), model_spec.dtype)
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, precision=precision))
-    # identified by the files' content (texts), never by their paths: the same files audit alike from anywhere
-    key = [model, adapter_hash, reference, texts, spec.to_dict() | {"dataset": None}]
-    if revision or dtype or chats:  # what changes the weights or the scored text, when set
-        key.append({"revision": revision, "dtype": dtype} | ({"chat_scored": chat_scored} if chats else {}))
-    if options.pii:  # what it looks for changes what it writes
-        key.append({"pii": [list(field) for field in options.pii]})
-    audit_id = "__".join(
-        ["audit", slug(model), slug(Path(adapter).name if adapter else "checkpoint"), stable_hash(key, 8)]
-    )
+    audit_id = _audit_id(model, spec, adapter_hash, texts, options, bool(chats))
     out = Path(out)
     folder = CellFolder(out, audit_id)
     if folder.done:
         return folder.outcome(skipped=True, warnings=tuple(warnings))
     check_results_dir(out)  # before any weights load
-    loaded, technique, trainable = load_adapted(model_spec, adapter)
+    loaded, technique, trainable = load_adapted(model_spec, options.adapter)
     to_precision(loaded.model, precision)
     max_length = spec.train.max_length
     check_context(max_length, virtual_tokens(loaded.model), loaded, model)
     if chats:  # rendered with the model's own chat template now that its tokenizer is loaded
-        parts = {k: [render(e.sample_id, chats[e.sample_id], loaded.tokenizer, chat_scored) for e in v]
+        parts = {k: [render(e.sample_id, chats[e.sample_id], loaded.tokenizer, options.chat_scored) for e in v]
                  for k, v in parts.items()}  # fmt: skip
     receipts = audit_receipts(parts, loaded.tokenizer, max_length, loaded.seq2seq, loaded.model)
     cell_dir = folder.start()
-    name = loaded.spec.name
     weights = weights_identity(model_spec)
-    target = Scorer(
-        loaded.model, loaded.tokenizer, loaded.seq2seq,
-        identity_of(loaded.model, loaded.tokenizer, name, weights, adapter_hash),
-    )  # fmt: skip
-    base_name = reference or (model if adapter else None)
-    ref = None
-    if base_name is not None:
-        base = load_model(model_spec if base_name == model else base_name, precision=precision)
-        base_weights = weights if base_name == model else weights_identity(base_name)
-        identity = identity_of(base.model, base.tokenizer, base.spec.name, base_weights, "none")
-        ref = Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
+    identity = identity_of(loaded.model, loaded.tokenizer, loaded.spec.name, weights, adapter_hash)
+    target = Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, identity)
+    base_name = options.reference or (model if options.adapter else None)
+    ref = _reference(base_name, model, model_spec, weights, precision)
     started = time.perf_counter()
     # an audit's plan: one model, no trajectory, no recipe, a reference only where one is given
     skipped = skipped_attacks(spec.attacks, Facts(reference=ref is not None, recipe=False))
@@ -163,8 +133,7 @@ def run_audit(
         pii=dict(options.pii), pii_candidates=spec.score.pii_candidates, skipped=skipped,
     )  # fmt: skip
     found = evaluate(target, parts, spec.attacks, how)
-    from .training import validation_loss
-
+    # its utility: the mean NLL on the non-members (held-out text)
     utility = validation_loss(loaded.model, loaded.tokenizer, parts["nonmembers"], max_length, loaded.seq2seq)
     checkpoint = checkpoint_record(  # one, of unknown training epoch
         epoch=None, step=None, best=None, path=".", utility_loss=utility, adaptation_hash=adapter_hash,
@@ -181,23 +150,88 @@ def run_audit(
         n_members=len(parts["members"]),
         n_nonmembers=len(parts["nonmembers"]),
         timings={"total": round(time.perf_counter() - started, 3)},
-        audit={
-            "model": model,
-            "revision": model_spec.revision,
-            "dtype": model_spec.dtype,
-            "adapter": adapter,
-            "reference": base_name,
-            "members": members,
-            "nonmembers": nonmembers,
-            "warnings": warnings,
-            "files": {
-                part: file_identity(path, len(parts[part]))
-                for part, path in (("members", members), ("nonmembers", nonmembers))
-            },
-            "chat": {"template": template_of(loaded.tokenizer), "scored": chat_scored} if chats else None,
-        },
+        audit=_about(
+            model, model_spec, base_name, members, nonmembers, parts, warnings, options, loaded, chats
+        ),
         loss_receipts=receipts,  # the members' coverage by a training loss at this max_length
         versions=versions(),
-    )  # its utility: the mean NLL on the non-members (held-out text)
+    )
     folder.finish(record)
     return folder.outcome(skipped=False, warnings=tuple(warnings))
+
+
+def _read_parts(
+    members: str, nonmembers: str, config: CellConfig, options: AuditOptions
+) -> tuple[dict[str, list[Any]], dict[str, Any], list[str]]:
+    """The two files' records (chat records kept apart, to render once a tokenizer is loaded) and what is
+    weak about them; one-line errors for bad PII patterns and for attacks an audit cannot run."""
+    from .attacks import ATTACKS
+    from .pii import check_patterns
+
+    check_patterns(dict(options.pii))  # a bad pattern is a one-line error before anything loads
+    parts, chats = {}, {}
+    for part, path in (("members", members), ("nonmembers", nonmembers)):
+        parts[part], found = read_records(path, part[0], options.text_column)
+        chats |= found
+    trajectory = [a for a in config.attacks if ATTACKS.get(a).access == "checkpoints"]
+    if trajectory:
+        raise PrivauditorError(
+            f"attack '{trajectory[0]}' reads a training trajectory (at least 2 checkpoints); an audit has one model"
+        )
+    attacks = [a for a in config.attacks if ATTACKS.get(a).access != "model-free"]  # the verdict's family
+    return parts, chats, check_inputs(parts["members"], parts["nonmembers"], len(attacks))
+
+
+def _audit_id(
+    model: str, spec: Any, adapter_hash: str, texts: str, options: AuditOptions, chats: bool
+) -> str:
+    """``audit__<model>__<adapter>__<hash>``, identified by the files' content (``texts``), never by their
+    paths: the same files audit alike from anywhere."""
+    key = [model, adapter_hash, options.reference, texts, spec.to_dict() | {"dataset": None}]
+    if options.revision or options.dtype or chats:  # what changes the weights or the scored text, when set
+        key.append(
+            {"revision": options.revision, "dtype": options.dtype}
+            | ({"chat_scored": options.chat_scored} if chats else {})
+        )
+    if options.pii:  # what it looks for changes what it writes
+        key.append({"pii": [list(field) for field in options.pii]})
+    adapter = Path(options.adapter).name if options.adapter else "checkpoint"
+    return "__".join(["audit", slug(model), slug(adapter), stable_hash(key, 8)])
+
+
+def _reference(
+    base_name: str | None, model: str, model_spec: Any, weights: str | None, precision: str
+) -> Any:
+    """The reference model (the un-adapted base, or ``--reference``), loaded at ``precision``; None
+    without one."""
+    from .models import load_model, weights_identity
+    from .scorer import Reference, Scorer, identity_of
+
+    if base_name is None:
+        return None
+    base = load_model(model_spec if base_name == model else base_name, precision=precision)
+    base_weights = weights if base_name == model else weights_identity(base_name)
+    identity = identity_of(base.model, base.tokenizer, base.spec.name, base_weights, "none")
+    return Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
+
+
+def _about(  # noqa: PLR0913  # what the record says of the audit's inputs
+    model: str, model_spec: Any, base_name: str | None, members: str, nonmembers: str,
+    parts: dict[str, list[Any]], warnings: list[str], options: AuditOptions, loaded: Any, chats: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """``cell.json``'s ``audit``: the model, adapter, reference and files audited, and what was weak."""
+    return {
+        "model": model,
+        "revision": model_spec.revision,
+        "dtype": model_spec.dtype,
+        "adapter": options.adapter,
+        "reference": base_name,
+        "members": members,
+        "nonmembers": nonmembers,
+        "warnings": warnings,
+        "files": {
+            part: file_identity(path, len(parts[part]))
+            for part, path in (("members", members), ("nonmembers", nonmembers))
+        },
+        "chat": {"template": template_of(loaded.tokenizer), "scored": options.chat_scored} if chats else None,
+    }
