@@ -111,14 +111,12 @@ def execute(
     """The cell's work; returns the ``cell.json`` record (spec, provenance, timings, training)."""
     from .adaptations import build_adaptation
     from .datasets import load_dataset
-    from .defences import TrainingRun, get_defence
     from .models import load_model
     from .precision import to_precision
     from .receipts import split_receipts
     from .scorer import context_tokens, identity_of
-    from .snapshots import saver
     from .splits import draw_split
-    from .training import Loop, apply_seeded, train, train_config_of
+    from .training import apply_seeded
 
     technique = build_adaptation(spec.adaptation, spec.adaptation_params)
     # the split before the model: bad data fails before any weights load
@@ -140,29 +138,7 @@ def execute(
     # before any training: a member the loss never reaches is a one-line error (receipts.py)
     receipts = split_receipts(split, loaded.tokenizer, max_length, loaded.seq2seq, model, technique.trains)
     snapshots = cell_dir / ".snapshots"
-    defence, guard = get_defence(spec.defence), None
-    if defence is not None:
-        run = TrainingRun(
-            len(split.trained), spec.train.batch_size, spec.train.epochs, spec.seed, loaded.seq2seq
-        )
-        guard = clock(defence.stage, lambda: defence.guard(spec.defence_params, run))
-    private = {} if guard is None else guard.loop
-    if spec.train.deepspeed is None:
-        train_config, checkpoints = train_config_of(spec), spec.train.checkpoints
-        on_checkpoint = saver(model, snapshots)
-        result = clock(
-            "train",
-            lambda: train(
-                model,
-                loaded.tokenizer,
-                split.trained,
-                train_config,
-                loaded.seq2seq,
-                Loop(checkpoints=checkpoints, on_checkpoint=on_checkpoint, **private),
-            ),  # fmt: skip
-        )
-    else:
-        result = clock("train", lambda: train_elsewhere(spec, snapshots, env.distributed))
+    result, guard = _train(spec, model, loaded, split, snapshots, clock, env)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())  # peft's convention: the adapted model's parameters
     reference = reference_for(spec, loaded, base_identity, technique.trains)
@@ -204,6 +180,34 @@ def execute(
     )
 
 
+def _train(
+    spec: CellSpec, model: Any, loaded: Any, split: Any, snapshots: Path, clock: _Clock, env: CellEnvironment
+) -> tuple[Any, Any]:
+    """The adaptation trained, under its defence's guard where it has one (DeepSpeed's out of this process,
+    ``env.distributed``), each checkpoint snapshotted into ``snapshots``: the loss record and the guard."""
+    from .defences import TrainingRun, get_defence
+    from .snapshots import saver
+    from .training import Loop, train, train_config_of
+
+    defence, guard = get_defence(spec.defence), None
+    if defence is not None:
+        run = TrainingRun(
+            len(split.trained), spec.train.batch_size, spec.train.epochs, spec.seed, loaded.seq2seq
+        )
+        guard = clock(defence.stage, lambda: defence.guard(spec.defence_params, run))
+    if spec.train.deepspeed is not None:
+        return clock("train", lambda: train_elsewhere(spec, snapshots, env.distributed)), guard
+    loop = Loop(
+        checkpoints=spec.train.checkpoints,
+        on_checkpoint=saver(model, snapshots),
+        **({} if guard is None else guard.loop),
+    )
+    config = train_config_of(spec)
+    return clock(
+        "train", lambda: train(model, loaded.tokenizer, split.trained, config, loaded.seq2seq, loop)
+    ), guard
+
+
 @dataclass
 class Trained:
     """A trained cell to audit: its spec, technique and adapted ``model`` (on ``loaded``'s base), its
@@ -237,7 +241,6 @@ def audit_checkpoints(
     from .evaluate import Evaluate, evaluate
     from .scorer import Scorer, identity_of
     from .snapshots import load_snapshot
-    from .training import validation_loss
     from .view_job import elsewhere
     from .views._base import Checkpoint, Recipe
 
@@ -250,19 +253,7 @@ def audit_checkpoints(
         len(split.members) + len(split.known_members)
     )
 
-    def utility() -> float:
-        if contexts:  # per token, as validation_loss
-            scorer = Scorer(model, loaded.tokenizer, loaded.seq2seq, None, contexts)
-            stats = scorer.score(split.validation, max_length, spec.score.batch_size, moments=False)
-            return -float(sum(s.logp.sum(dtype="float64") for s in stats)) / max(
-                1, sum(len(s.logp) for s in stats)
-            )
-        return validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
-
-    utilities = {}
-    for _, step in checkpoints:
-        load_snapshot(model, trained.snapshots, step)
-        utilities[step] = clock("utility", utility)
+    utilities = _utilities(trained, clock)
     best = min(utilities, key=lambda s: (utilities[s], s))
     last = checkpoints[-1][1]
     steps = [step for _, step in checkpoints]
@@ -321,6 +312,37 @@ def audit_checkpoints(
         shown.update(1, epoch=epoch)
     shown.close()
     return audited
+
+
+def _utilities(trained: Trained, clock: _Clock) -> dict[int, float]:
+    """Each snapshot's validation NLL per token, by step (in-context learning's read in its contexts)."""
+    from .scorer import Scorer
+    from .snapshots import load_snapshot
+    from .training import validation_loss
+
+    spec, model, loaded, split, contexts = (
+        trained.spec,
+        trained.model,
+        trained.loaded,
+        trained.split,
+        trained.contexts,
+    )
+    max_length = spec.train.max_length
+
+    def utility() -> float:
+        if contexts:  # per token, as validation_loss
+            scorer = Scorer(model, loaded.tokenizer, loaded.seq2seq, None, contexts)
+            stats = scorer.score(split.validation, max_length, spec.score.batch_size, moments=False)
+            return -float(sum(s.logp.sum(dtype="float64") for s in stats)) / max(
+                1, sum(len(s.logp) for s in stats)
+            )
+        return validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
+
+    utilities = {}
+    for _, step in trained.checkpoints:
+        load_snapshot(model, trained.snapshots, step)
+        utilities[step] = clock("utility", utility)
+    return utilities
 
 
 def dp_violations(metrics: dict[str, Any], spent: float | None) -> list[str]:
