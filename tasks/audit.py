@@ -129,7 +129,8 @@ def run_audit(
     # an audit's plan: one model, no trajectory, no recipe, a reference only where one is given
     skipped = skipped_attacks(spec.attacks, Facts(reference=ref is not None, recipe=False))
     how = Evaluate(
-        cell_dir, out / "shared", max_length, ref, spec.score.batch_size, spec.score.bootstrap, spec.seed,
+        out_dir=cell_dir, shared=out / "shared", max_length=max_length, reference=ref,
+        batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
         pii=dict(options.pii), pii_candidates=spec.score.pii_candidates, skipped=skipped,
     )  # fmt: skip
     found = evaluate(target, parts, spec.attacks, how)

@@ -279,8 +279,9 @@ def audit_checkpoints(
         target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, contexts)
         saved = env.run_view is not None and technique.trains and demonstrations is None
         how = Evaluate(
-            folder, shared, max_length, reference, spec.score.batch_size, spec.score.bootstrap, spec.seed,
-            clock, env.map_jobs, views_dir=cell_dir, recipe=recipe,
+            out_dir=folder, shared=shared, max_length=max_length, reference=reference,
+            batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
+            clock=clock, map_jobs=env.map_jobs, views_dir=cell_dir, recipe=recipe,
             elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved else None,
             delta=delta,
             repeated=split.repeats(),

@@ -33,7 +33,7 @@ from .views import build_view
 from .views._base import Checkpoint, Recipe, ViewContext
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evaluate:
     """Where and how :func:`evaluate` works. ``shared``: the results folder's ``shared/`` (views of
     un-adapted models); views of the adapted model are kept under ``views_dir`` (default ``out_dir``): a
@@ -88,8 +88,9 @@ def evaluate(
         scorers["reference"], identities["reference"] = reference.load, reference.identity
     own = out_dir if how.views_dir is None else how.views_dir
     context = ViewContext(
-        scorers, identities, parts, how.max_length, how.batch_size, how.seed, how.shared, own, how.clock,
-        how.recipe, how.elsewhere, how.earlier,
+        scorers=scorers, identities=identities, parts=parts, max_length=how.max_length,
+        batch_size=how.batch_size, seed=how.seed, shared=how.shared, own=own, clock=how.clock,
+        recipe=how.recipe, elsewhere=how.elsewhere, earlier=how.earlier,
     )  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     signals_file = out_dir / "signals.parquet"

@@ -47,8 +47,9 @@ def compute_view(job: ViewJob) -> dict[str, Any]:
     loaded, _, _ = load_adapted(job.model, job.adapter)
     target = Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, job.identities["target"])
     context = ViewContext(
-        {"target": lambda: target}, job.identities, job.parts, job.max_length, job.batch_size, job.seed,
-        Path(job.shared), Path(job.own), recipe=job.recipe,
+        scorers={"target": lambda: target}, identities=job.identities, parts=job.parts,
+        max_length=job.max_length, batch_size=job.batch_size, seed=job.seed, shared=Path(job.shared),
+        own=Path(job.own), recipe=job.recipe,
     )  # fmt: skip
     context.file(job.view)
     return {"pid": os.getpid(), "seconds": round(time.perf_counter() - started, 3)}

@@ -103,8 +103,16 @@ IDENTITY = ModelIdentity("tiny-llama", "sha256:abc", "deadbeef", "tok:4096", "to
 
 def context(tmp_path, identity=IDENTITY, max_length=128, seed=0, texts=EXAMPLES):
     parts = {"members": texts[:2], "nonmembers": texts[2:]}
-    return ViewContext({"target": lambda: None}, {"target": identity}, parts, max_length, 8, seed,
-                       tmp_path / "shared", tmp_path / "cell")  # fmt: skip
+    return ViewContext(
+        scorers={"target": lambda: None},
+        identities={"target": identity},
+        parts=parts,
+        max_length=max_length,
+        batch_size=8,
+        seed=seed,
+        shared=tmp_path / "shared",
+        own=tmp_path / "cell",
+    )
 
 
 def test_a_view_is_computed_once_per_key_and_never_served_for_another(tmp_path):

@@ -114,8 +114,17 @@ def test_the_view_needs_the_targets_recipe_and_is_keyed_by_it(tmp_path):
     parts = {"members": examples[:2], "nonmembers": examples[2:], "population": examples[:1]}
 
     def context(recipe=None):
-        models = {"target": lambda: None}, {"target": identity}
-        return ViewContext(*models, parts, 32, 4, 0, tmp_path, tmp_path, recipe=recipe)
+        return ViewContext(
+            scorers={"target": lambda: None},
+            identities={"target": identity},
+            parts=parts,
+            max_length=32,
+            batch_size=4,
+            seed=0,
+            shared=tmp_path,
+            own=tmp_path,
+            recipe=recipe,
+        )
 
     view, signals = build_view("self_prompted"), build_view("signals")
     assert not context().available(view) and context().available(signals)  # an audit: skipped

@@ -154,7 +154,7 @@ class Checkpoint:
 PART_MEMBERS = {"members": True, "nonmembers": False, "population": False, "known_members": True}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class ViewContext:
     """What views compute from: the models (the reference loaded only when a view needs it), the split's
     parts, scoring settings and the two stores (``shared``: views of un-adapted models; ``own``: the
