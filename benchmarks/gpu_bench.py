@@ -276,7 +276,7 @@ def logits_forward(model: Any, batches: list[dict], device: torch.device) -> Non
 
 def scoring_batches(tokenizer: Any, data: list[dict], batch: int, budget: int | None) -> list[dict]:
     """The batches ``score_examples`` forms: the length order cut by ``batch_size`` or the token budget."""
-    from privauditor.tasks.scoring import cut_batches, length_order
+    from privauditor.tasks.batches import cut_batches, length_order
     from privauditor.tasks.training import collate
 
     order = length_order(data)
@@ -374,8 +374,8 @@ class Bench:
     def scoring(self, model: Any, subject: Subject) -> None:
         from privauditor.orchestrator.plan.costs import forward_flops
         from privauditor.orchestrator.plan.shapes import shape_of
+        from privauditor.tasks.batches import token_budget
         from privauditor.tasks.datasets import Example
-        from privauditor.tasks.scoring import token_budget
         from privauditor.tasks.training import encode
 
         count, max_length = self.sizes[:2]

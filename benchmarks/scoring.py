@@ -59,8 +59,9 @@ import torch
 
 from privauditor.orchestrator.tables import render
 from privauditor.tasks.attacks import build_attack
+from privauditor.tasks.batches import length_order
 from privauditor.tasks.datasets import Example, load_dataset
-from privauditor.tasks.scoring import length_order, score_examples
+from privauditor.tasks.scoring import score_examples
 from privauditor.tasks.signals import Signals
 from privauditor.tasks.training import collate, encode
 

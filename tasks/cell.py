@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from .attack_job import MapJobs, in_process
+from .cell_training import train_cell
 from .config import CellConfig
 from .counting import install_from_env
-from .deadline import limit, remaining
+from .deadline import limit
 from .errors import PrivauditorError
 from .faults import in_cell
 from .files import write_json
@@ -138,7 +139,7 @@ def execute(
     # before any training: a member the loss never reaches is a one-line error (receipts.py)
     receipts = split_receipts(split, loaded.tokenizer, max_length, loaded.seq2seq, model, technique.trains)
     snapshots = cell_dir / ".snapshots"
-    result, guard = _train(spec, model, loaded, split, snapshots, clock, env)
+    result, guard = train_cell(spec, model, loaded, split, snapshots, clock, env.distributed)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())  # peft's convention: the adapted model's parameters
     reference = reference_for(spec, loaded, base_identity, technique.trains)
@@ -178,34 +179,6 @@ def execute(
         loss_receipts=receipts,  # None: nothing trains (none, icl)
         repeats=split.repeats(),
     )
-
-
-def _train(
-    spec: CellSpec, model: Any, loaded: Any, split: Any, snapshots: Path, clock: _Clock, env: CellEnvironment
-) -> tuple[Any, Any]:
-    """The adaptation trained, under its defence's guard where it has one (DeepSpeed's out of this process,
-    ``env.distributed``), each checkpoint snapshotted into ``snapshots``: the loss record and the guard."""
-    from .defences import TrainingRun, get_defence
-    from .snapshots import saver
-    from .training import Loop, train, train_config_of
-
-    defence, guard = get_defence(spec.defence), None
-    if defence is not None:
-        run = TrainingRun(
-            len(split.trained), spec.train.batch_size, spec.train.epochs, spec.seed, loaded.seq2seq
-        )
-        guard = clock(defence.stage, lambda: defence.guard(spec.defence_params, run))
-    if spec.train.deepspeed is not None:
-        return clock("train", lambda: train_elsewhere(spec, snapshots, env.distributed)), guard
-    loop = Loop(
-        checkpoints=spec.train.checkpoints,
-        on_checkpoint=saver(model, snapshots),
-        **({} if guard is None else guard.loop),
-    )
-    config = train_config_of(spec)
-    return clock(
-        "train", lambda: train(model, loaded.tokenizer, split.trained, config, loaded.seq2seq, loop)
-    ), guard
 
 
 @dataclass
@@ -376,14 +349,6 @@ def check_context(max_length: int, virtual: int, loaded: Any, name: str, demonst
         raise PrivauditorError(
             f"train.max_length {max_length}{extra} exceeds {name}'s context of {positions} positions{hint}"
         )
-
-
-def train_elsewhere(spec: CellSpec, workdir: Path, distributed: Any) -> Any:
-    """Train on ``train.workers`` ranks under DeepSpeed; the snapshots land in ``workdir``."""
-    from .distributed import trained_result
-
-    distributed({"cell": spec, "workdir": str(workdir), "timeout_s": remaining()}, spec.train.workers)
-    return trained_result(workdir)
 
 
 def reference_for(spec: CellSpec, loaded: Any, base_identity: Any, trains: bool = True) -> Any:

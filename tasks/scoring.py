@@ -27,11 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from .batches import scoring_batches, token_budget
 from .datasets import Example
-from .deadline import check
-from .progress import Progress
 from .signals import RANK_COLUMN, TOPK, TokenStats
-from .training import collate, encode
+from .training import encode
 
 
 def _device(model: Any) -> torch.device:
@@ -200,7 +199,7 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
     # on an accelerator the whole chunk at once: there, many small pieces would cost kernel launches
     stats_rows = max(1, min(chunk_rows, STATS_ELEMENTS // vocab)) if device.type == "cpu" else chunk_rows
     budget = token_budget(model)
-    for rows_of_batch, batch, label_ids, mask in _batches(
+    for rows_of_batch, batch, label_ids, mask in scoring_batches(
         tokenizer, examples, max_length, seq2seq, batch_size, budget
     ):
         tokens = label_ids[mask].to(device)
@@ -228,76 +227,6 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
             out[rows_of_batch[row]] = TokenStats(ids, *stats)
             offset += n
     return out  # type: ignore[return-value]  # every slot filled
-
-
-#: the most tokens (texts x padded length) in one scoring batch on an accelerator
-MAX_BUDGET_TOKENS = 1 << 16
-#: bytes of activations per token that a forward pass without a backward holds at once, per unit of hidden
-#: size: a dozen hidden-sized float32 tensors (the gated MLP's three intermediates are 2.7-4 hidden each)
-BYTES_PER_TOKEN_HIDDEN = 64
-
-
-def token_budget(model: Any) -> int | None:
-    """On a CUDA device, the tokens (texts x padded length) one scoring batch may hold: half the free
-    memory at :data:`BYTES_PER_TOKEN_HIDDEN` bytes per token and hidden unit, at most
-    :data:`MAX_BUDGET_TOKENS`; None elsewhere (a CPU scores ``batch_size`` texts at a time, and its numbers
-    never depend on the machine's memory). The logits never count: they are made a chunk at a time."""
-    device = _device(model)
-    if device.type != "cuda":
-        return None
-    free, _ = torch.cuda.mem_get_info(device)
-    hidden = model.get_output_embeddings().weight.shape[1]
-    return int(min(MAX_BUDGET_TOKENS, max(1, free // 2 // (BYTES_PER_TOKEN_HIDDEN * hidden))))
-
-
-def cut_batches(lengths: Sequence[int], batch_size: int, budget: int | None = None) -> list[list[int]]:
-    """Positions of a length-ascending order cut into batches: ``batch_size`` at a time, or with a token
-    ``budget``, as many as keep (texts x the longest's length) within it (at least one text each)."""
-    if budget is None:
-        return [list(range(s, min(s + batch_size, len(lengths)))) for s in range(0, len(lengths), batch_size)]
-    batches: list[list[int]] = []
-    longest = 0
-    for i, length in enumerate(lengths):
-        if batches and (len(batches[-1]) + 1) * max(longest, length) <= budget:
-            batches[-1].append(i)
-            longest = max(longest, length)
-        else:
-            batches.append([i])
-            longest = length
-    return batches
-
-
-def length_order(data: Sequence[dict[str, Any]]) -> list[int]:
-    """The order in which :func:`score_examples` batches encoded texts: by input length, then target length
-    (a stable sort, so ``batch_size`` texts at a time of this order are its batches)."""
-    return sorted(range(len(data)), key=lambda i: (len(data[i]["input_ids"]), len(data[i]["labels"])))
-
-
-def _batches(  # noqa: PLR0913  # the scoring kernel's parameters
-    tokenizer: Any,
-    examples: Sequence[Example],
-    max_length: int,
-    seq2seq: bool,
-    batch_size: int,
-    budget: int | None = None,
-) -> Iterator[tuple[list[int], dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
-    """Length-bucketed batches (texts of similar length together, so little of a batch is padding), of
-    ``batch_size`` texts or within a token ``budget`` (:func:`cut_batches`), with progress: each batch's
-    example indices, its tensors, the label ids of its scored positions (position t predicts token t + 1
-    in a causal model; T5's decoder positions are aligned with the labels) and their mask."""
-    data = encode(tokenizer, examples, max_length, seq2seq)
-    order = length_order(data)
-    width = [max(len(data[i]["input_ids"]), len(data[i]["labels"])) for i in order]
-    cuts = cut_batches(width, batch_size, budget)
-    shown = Progress(f"scoring {len(data)} texts", len(cuts))
-    for cut in cuts:
-        check("scoring")
-        rows_of_batch = [order[i] for i in cut]
-        batch = collate([data[i] for i in rows_of_batch], tokenizer.pad_token_id, seq2seq)
-        label_ids = batch["labels"] if seq2seq else batch["labels"][:, 1:]
-        yield rows_of_batch, batch, label_ids, label_ids != -100
-        shown.update(1)
-    shown.close()
 
 
 def _run(model: Any, batch: dict[str, torch.Tensor], mask: torch.Tensor, seq2seq: bool) -> TargetHead:
@@ -385,7 +314,9 @@ def reference_kl(  # noqa: PLR0913  # two models, their texts and plain numbers
         raise PrivauditorError("the target and the reference have vocabularies of different sizes")
     chunk = max(1, min(CHUNK_ELEMENTS, STATS_ELEMENTS) // vocab)
     out: list[np.ndarray | None] = [None] * len(examples)
-    for rows_of_batch, batch, _, mask in _batches(tokenizer, examples, max_length, seq2seq, batch_size):
+    for rows_of_batch, batch, _, mask in scoring_batches(
+        tokenizer, examples, max_length, seq2seq, batch_size
+    ):
         pieces = []
         with autocast(target):  # both at the cell's precision
             heads = _run(target, batch, mask, seq2seq), _run(reference, batch, mask, seq2seq)

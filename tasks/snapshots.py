@@ -36,7 +36,7 @@ def save_snapshot(state: dict[str, torch.Tensor], folder: Path, step: int) -> No
     path.with_suffix(".tmp").replace(path)
 
 
-def saver(model: Any, folder: Path) -> Callable[[int, int], None]:
+def saver(model: Any, folder: Path) -> Callable[[float, int], None]:
     """The ``on_checkpoint(epoch, step)`` callback of one-process training: snapshot to ``folder``."""
     return lambda epoch, step: save_snapshot(trainable_state(model), folder, step)
 

@@ -14,12 +14,13 @@ import torch
 
 from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.attacks import ATTACKS
+from privauditor.tasks.batches import cut_batches
 from privauditor.tasks.cell import run_cell
 from privauditor.tasks.config import cell_config
 from privauditor.tasks.errors import PrivauditorError
 from privauditor.tasks.models import load_model
 from privauditor.tasks.precision import autocast, precision_of, resolve_precision, to_precision
-from privauditor.tasks.scoring import cut_batches, score_examples
+from privauditor.tasks.scoring import score_examples
 from privauditor.tasks.training import LocalStep, apply_seeded, collate, encode
 
 from .test_scoring import TEXTS
