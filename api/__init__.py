@@ -55,8 +55,8 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     go under ``out/cells/<audit id>/``; an audit already done there is read back, not redone. ``pii``:
     kind -> regular expression (group 1, or the whole match, is the value) of the PII fields whose
     reconstruction the audit measures (docs/extraction.md)."""
-    from .tasks.audit import AuditOptions, audit_config, run_audit
-    from .tasks.verdict import verdict
+    from .tasks.audit.run import AuditOptions, audit_config, run_audit
+    from .tasks.audit.verdict import verdict
 
     if nonmembers_from not in (None, "held-out", "collected"):
         raise ValueError(f"nonmembers_from={nonmembers_from!r}: held-out, collected or None")

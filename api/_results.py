@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: an audit's cell id starts with this (``tasks/audit.py``)
+#: an audit's cell id starts with this (``tasks/audit/run.py``)
 AUDIT_PREFIX = "audit__"
 
 
@@ -24,8 +24,8 @@ class AuditResult:
     @classmethod
     def read(cls, path: Path, skipped: bool = False) -> AuditResult:
         """The finished audit in ``path`` (a folder ``OUT/cells/<audit id>``)."""
-        from .tasks.results import CellFolder
-        from .tasks.verdict import verdict
+        from .tasks.infra.results import CellFolder
+        from .tasks.audit.verdict import verdict
 
         path = Path(path).resolve()  # still right after a change of working directory
         cell = CellFolder.at(path)
@@ -103,7 +103,7 @@ class Results:
     @classmethod
     def read(cls, path: Path) -> Results:
         from .orchestrator.report.leaderboard import rows
-        from .tasks.results import ResultsFolder
+        from .tasks.infra.results import ResultsFolder
 
         if not ResultsFolder(path).cells_dir.is_dir():
             raise FileNotFoundError(f"{path} is not a results folder (no cells/ inside)")
@@ -118,7 +118,7 @@ class Results:
     @property
     def audits(self) -> list[AuditResult]:
         """The folder's finished audits."""
-        from .tasks.results import ResultsFolder
+        from .tasks.infra.results import ResultsFolder
 
         folder = ResultsFolder(self.path)
         return [AuditResult.read(folder.cell(c).path) for c in self.cells if c.startswith(AUDIT_PREFIX)]

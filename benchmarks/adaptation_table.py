@@ -26,11 +26,11 @@ import torch
 
 from privauditor.orchestrator.tables import render
 from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
-from privauditor.tasks.config import SplitConfig
+from privauditor.tasks.data.splits import draw_split
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import MODELS, load_model
-from privauditor.tasks.splits import draw_split
-from privauditor.tasks.training import TrainConfig, apply_seeded, train, validation_loss
+from privauditor.tasks.spec.config import SplitConfig
+from privauditor.tasks.training.loop import TrainConfig, apply_seeded, train, validation_loss
 
 
 def supported_pairs(models, techniques):

@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 GIB = 2**30
 BATCHES = (16, 64)  # scoring batch sizes (and "budget" on CUDA)
@@ -231,7 +231,7 @@ def mimir_get_probabilities(
 def mimir_loop(model: Any, data: list[dict], device: torch.device) -> list[float]:
     """Per text, MIMIR's probabilities and Min-K%++'s moments from its rows (``MinKPlusPlusAttack._attack``);
     the text's mean log p."""
-    from privauditor.tasks.precision import autocast
+    from privauditor.tasks.infra.precision import autocast
 
     means = []
     with autocast(model):
@@ -248,7 +248,7 @@ def mimir_loop(model: Any, data: list[dict], device: torch.device) -> list[float
 def device_stats_loop(model: Any, data: list[dict], device: torch.device) -> list[float]:
     """MIMIR's loop (one text at a time, labels passed, the full logits) with log p, mu and sigma computed
     on the device and moved to the CPU once per text."""
-    from privauditor.tasks.precision import autocast
+    from privauditor.tasks.infra.precision import autocast
 
     found = []
     with autocast(model):
@@ -266,7 +266,7 @@ def device_stats_loop(model: Any, data: list[dict], device: torch.device) -> lis
 @torch.inference_mode()
 def logits_forward(model: Any, batches: list[dict], device: torch.device) -> None:
     """Plain forward passes making every logit of the given batches."""
-    from privauditor.tasks.precision import autocast
+    from privauditor.tasks.infra.precision import autocast
 
     with autocast(model):
         for batch in batches:
@@ -276,8 +276,8 @@ def logits_forward(model: Any, batches: list[dict], device: torch.device) -> Non
 
 def scoring_batches(tokenizer: Any, data: list[dict], batch: int, budget: int | None) -> list[dict]:
     """The batches ``score_examples`` forms: the length order cut by ``batch_size`` or the token budget."""
-    from privauditor.tasks.batches import cut_batches, length_order
-    from privauditor.tasks.training import collate
+    from privauditor.tasks.passes.batches import cut_batches, length_order
+    from privauditor.tasks.training.loop import collate
 
     order = length_order(data)
     width = [max(len(data[i]["input_ids"]), len(data[i]["labels"])) for i in order]
@@ -289,7 +289,7 @@ def scoring_batches(tokenizer: Any, data: list[dict], batch: int, budget: int | 
 def fixed_budget(budget: int | None) -> Any:
     """``score_examples`` with its token budget set to ``budget``: None switches the CUDA budget off, so
     ``batch_size`` applies; a number makes its batches the ones :func:`scoring_batches` forms."""
-    from privauditor.tasks import scoring
+    from privauditor.tasks.passes import forward as scoring
 
     kept = scoring.token_budget
     scoring.token_budget = lambda model: budget
@@ -323,7 +323,7 @@ class Bench:
         return "bf16-mixed" if self.device.type == "cuda" else "fp32"
 
     def measure(self, subject: Subject) -> None:
-        from privauditor.tasks.precision import to_precision
+        from privauditor.tasks.infra.precision import to_precision
 
         model = build(subject, self.device)
         if "score" in subject.work:
@@ -365,7 +365,7 @@ class Bench:
     def adapted(self, model: Any, subject: Subject, technique: str) -> Any:
         from privauditor.tasks.adaptations import build_adaptation
         from privauditor.tasks.models import FAMILIES
-        from privauditor.tasks.training import apply_seeded
+        from privauditor.tasks.training.loop import apply_seeded
 
         return apply_seeded(build_adaptation(technique), model, FAMILIES.get(subject.family), 0)
 
@@ -374,9 +374,9 @@ class Bench:
     def scoring(self, model: Any, subject: Subject) -> None:
         from privauditor.orchestrator.plan.costs import forward_flops
         from privauditor.orchestrator.plan.shapes import shape_of
-        from privauditor.tasks.batches import token_budget
         from privauditor.tasks.datasets import Example
-        from privauditor.tasks.training import encode
+        from privauditor.tasks.passes.batches import token_budget
+        from privauditor.tasks.training.loop import encode
 
         count, max_length = self.sizes[:2]
         examples = [Example(e.sample_id, "", e.text) for e in self.records[:count]]  # whole texts after a BOS
@@ -404,7 +404,7 @@ class Bench:
     def scoring_row(
         self, model: Any, examples: list, data: list[dict], batch: Any, budget: int | None
     ) -> dict:
-        from privauditor.tasks.scoring import score_examples
+        from privauditor.tasks.passes.forward import score_examples
 
         max_length = self.sizes[1]
         size = batch if budget is None else 16  # with a budget, batch_size does not apply
@@ -425,9 +425,9 @@ class Bench:
     # GradNorm
 
     def gradnorm(self, model: Any, subject: Subject) -> None:
-        from privauditor.tasks.gradients import per_sample_gradients, target_nll
-        from privauditor.tasks.precision import autocast
-        from privauditor.tasks.training import collate, encode
+        from privauditor.tasks.infra.precision import autocast
+        from privauditor.tasks.passes.gradients import per_sample_gradients, target_nll
+        from privauditor.tasks.training.loop import collate, encode
 
         count, max_length = self.sizes[2], self.sizes[1]
         data = encode(self.tokenizer, self.records[:count], max_length, False)
@@ -473,7 +473,7 @@ class Bench:
     # training
 
     def training(self, model: Any, subject: Subject, technique: str) -> None:
-        from privauditor.tasks.precision import to_precision
+        from privauditor.tasks.infra.precision import to_precision
 
         rows = []
         for precision in PRECISIONS:
@@ -487,7 +487,7 @@ class Bench:
         from privauditor.orchestrator.plan.costs import train_flops
         from privauditor.orchestrator.plan.shapes import shape_of, trainable_params
         from privauditor.tasks.adaptations import build_adaptation
-        from privauditor.tasks.training import encode
+        from privauditor.tasks.training.loop import encode
 
         steps, max_length = self.sizes[3] + 1, self.sizes[1]
         examples = [self.records[i % len(self.records)] for i in range(steps * batch)]
@@ -518,7 +518,7 @@ class Bench:
     def timed_steps(self, model: Any, examples: list, batch: int) -> tuple[float, Any]:
         """``train`` over ``examples`` in order, ``batch`` at a time: seconds from the end of the first
         step (the warm-up) to the end of the last, and the step object."""
-        from privauditor.tasks.training import LocalStep, Loop, TrainConfig, train
+        from privauditor.tasks.training.loop import LocalStep, Loop, TrainConfig, train
 
         steps = len(examples) // batch
         ends: dict[int, float] = {}
@@ -549,7 +549,7 @@ class Bench:
     # host syncs
 
     def host_sync(self, model: Any, subject: Subject) -> None:
-        from privauditor.tasks.training import LocalStep, collate, encode
+        from privauditor.tasks.training.loop import LocalStep, collate, encode
 
         steps, batch = self.sizes[4], 8
         data = encode(self.tokenizer, self.records[:batch], self.sizes[1], False)
@@ -594,7 +594,7 @@ def planned_gb(  # noqa: PLR0913  # one planner cell's settings
     from privauditor.orchestrator.plan.plan import memory_bytes, tokens_for
     from privauditor.orchestrator.plan.shapes import shape_of
     from privauditor.orchestrator.plan.work import cell_work
-    from privauditor.tasks.config import cell_config
+    from privauditor.tasks.spec.config import cell_config
 
     sets = [f"train.precision={precision}", f"train.batch_size={batch}", f"train.max_length={max_length}"]
     try:

@@ -22,7 +22,7 @@ export PRIVAUDITOR_PRETRAIN_PROFILE=fast HF_HUB_OFFLINE=1
 "$python" benchmarks/gpu_bench.py prepare "$dir/bench"
 # builds what is missing: tiny-llama and the masked LM that makes neighbour texts
 "$python" -c "from privauditor.tasks.models import load_model, masked_lm_path; load_model('tiny-llama', 'cpu'); masked_lm_path()"
-cache=$("$python" -c "from privauditor.tasks.cache import cache_root; print(cache_root())")
+cache=$("$python" -c "from privauditor.tasks.infra.cache import cache_root; print(cache_root())")
 for part in tokenizer corpus frequencies; do
   [ -e "$cache/$part" ] && cp -r "$cache/$part" "$dir/cache/"
 done

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from privauditor.orchestrator.tables import render
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.spec import CellSpec
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.spec.resolved import CellSpec
 
 
 def main() -> int:

@@ -8,7 +8,7 @@ the offline default) and every parameter (``full`` / ``none``):
 
 - ``before``: the loop GradNorm ran until now: per text, one forward and one backward pass
   (``torch.autograd.grad`` of the model's own loss), the norm of the concatenated gradient;
-- ``after``: :func:`privauditor.tasks.gradients.gradient_norms` (a probe per model, then per batch one
+- ``after``: :func:`privauditor.tasks.passes.gradients.gradient_norms` (a probe per model, then per batch one
   forward and one backward pass and ``vmap``-ed per-module products; its batch shrinks to keep 256 MB of
   per-sample gradients, so every parameter of the 52 M-parameter model goes one text at a time).
 
@@ -36,9 +36,9 @@ from scoring import build_model, tokenizer_and_texts  # noqa: E402  # the scorin
 
 from privauditor.orchestrator.tables import render  # noqa: E402
 from privauditor.tasks.adaptations import build_adaptation  # noqa: E402
-from privauditor.tasks.gradients import gradient_norms  # noqa: E402
 from privauditor.tasks.models import FAMILIES  # noqa: E402
-from privauditor.tasks.training import collate, encode  # noqa: E402
+from privauditor.tasks.passes.gradients import gradient_norms  # noqa: E402
+from privauditor.tasks.training.loop import collate, encode  # noqa: E402
 
 
 def one_at_a_time(model, tokenizer, examples, max_length, exact):

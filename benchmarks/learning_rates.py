@@ -37,12 +37,12 @@ from adaptation_table import supported_pairs  # the script beside this one (its 
 
 from privauditor.orchestrator.tables import render
 from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
-from privauditor.tasks.config import SplitConfig
+from privauditor.tasks.data.splits import draw_reserved
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import MODELS, active_profile
-from privauditor.tasks.snapshots import restore, trainable_state
-from privauditor.tasks.splits import draw_reserved
-from privauditor.tasks.training import Loop, TrainConfig, apply_seeded, train, validation_loss
+from privauditor.tasks.spec.config import SplitConfig
+from privauditor.tasks.training.loop import Loop, TrainConfig, apply_seeded, train, validation_loss
+from privauditor.tasks.training.snapshots import restore, trainable_state
 
 LADDER = [round(m * 10.0**e, 10) for e in range(-6, 2) for m in (1, 3)]  # 1e-6, 3e-6, ..., 10, 30
 HEADER = ["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"]

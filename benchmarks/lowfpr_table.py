@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privauditor.tasks.results import ResultsFolder
+from privauditor.tasks.infra.results import ResultsFolder
 
 #: attacks of 2025 or later (the anchors' own and the other recent ones); every other is "before 2025"
 RECENT = {"ezmia", "ezmia_degenerate_one", "wbc", "informia", "gap_k", "camia", "lt_iqr"}
@@ -43,8 +43,8 @@ def rescored(results: Path, checkpoint: dict, attack: str, params: dict, source:
     """``attack`` at ``params`` on the views the run stored at ``checkpoint`` for ``source`` (default: the
     attack itself): its metrics (e.g. both EZ-MIA rules from the views of whichever one the run had)."""
     from privauditor.tasks.attacks import build_attack
-    from privauditor.tasks.files import read_table
-    from privauditor.tasks.metrics import attack_metrics
+    from privauditor.tasks.infra.files import read_table
+    from privauditor.tasks.stats.metrics import attack_metrics
 
     built = build_attack(attack, params)
     views = {role: view.read(read_table(results / checkpoint["views"][source or attack][role]))
@@ -60,9 +60,9 @@ def extraction_of(results: Path, cell: Path, record: dict, last: dict) -> dict:
     import pyarrow.parquet as pq
 
     from privauditor.tasks.datasets import load_dataset, pii_patterns
-    from privauditor.tasks.extraction import leakage
+    from privauditor.tasks.leakage.extraction import leakage
     from privauditor.tasks.models import load_model
-    from privauditor.tasks.signals import Signals
+    from privauditor.tasks.passes.signal_table import Signals
 
     config = record["config"]
     signals = Signals.from_table(pq.read_table(cell / last["path"] / "signals.parquet"))

@@ -25,8 +25,8 @@ from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
 from privauditor.tasks.datasets import Example, load_dataset
 from privauditor.tasks.models import checkpoint_path, load_model
 from privauditor.tasks.models._pretrain import copy_gain
-from privauditor.tasks.scoring import mean_nll
-from privauditor.tasks.training import TrainConfig, apply_seeded, train
+from privauditor.tasks.passes.forward import mean_nll
+from privauditor.tasks.training.loop import TrainConfig, apply_seeded, train
 
 
 def letters(n: int, seed: int = 0) -> list[str]:

@@ -59,11 +59,11 @@ import torch
 
 from privauditor.orchestrator.tables import render
 from privauditor.tasks.attacks import build_attack
-from privauditor.tasks.batches import length_order
 from privauditor.tasks.datasets import Example, load_dataset
-from privauditor.tasks.scoring import score_examples
-from privauditor.tasks.signals import Signals
-from privauditor.tasks.training import collate, encode
+from privauditor.tasks.passes.batches import length_order
+from privauditor.tasks.passes.forward import score_examples
+from privauditor.tasks.passes.signal_table import Signals
+from privauditor.tasks.training.loop import collate, encode
 
 ATTACKS = ("loss", "reference", "zlib", "min_k", "min_k_pp")
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.significance import delong
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.stats.significance import delong
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ Figures: ``shared_work_speedup`` = the ``naive`` cells' summed time ÷ the ``sha
 done once per split against a tool that redoes it per cell, both warm; ``seq``'s cells pay its warm-up);
 ``parallel_speedup`` = seq ÷ ray wall time (``parallel_speedup_steady``: the same for the
 rate at which cells finish once both are running, start-up left out); ``forward_passes`` (texts through a model in
-inference, counted by hooks on every model call: :mod:`privauditor.tasks.counting`) for the sweep,
+inference, counted by hooks on every model call: :mod:`privauditor.tasks.passes.counting`) for the sweep,
 ``forward_passes_naive`` for ``naive``, and the bound, summed from the views' own costs
 (:func:`forward_bound`; with the default attacks it is ``cells·n·(1+k) + cells·n_val + bases·datasets·n
 + splits·n·k``, n scored texts, k neighbours; the ``n_val`` term is the utility figure's validation
@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from privauditor.tasks.results import ResultsFolder
+from privauditor.tasks.infra.results import ResultsFolder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -110,7 +110,7 @@ def inference_rows(count_file: Path, start: int) -> tuple[int, int]:
 def in_process(cells, out_of) -> dict[str, float]:
     """Each cell through ``run_cell`` and its ROC image, the outputs a sweep writes per cell."""
     from privauditor.orchestrator.report.plots import roc_png
-    from privauditor.tasks.cell import run_cell
+    from privauditor.tasks.cell.run import run_cell
 
     seconds = {}
     for cell in cells:

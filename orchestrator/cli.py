@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 from . import tables
 from .cli_help import Version, attach_examples, shipped_sweeps
@@ -34,7 +34,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from privauditor.tasks.cache import cache_root
+    from privauditor.tasks.infra.cache import cache_root
     from privauditor.tasks.models import MODELS, active_profile
 
     profile = active_profile(args.profile)
@@ -50,10 +50,10 @@ def _cell(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from privauditor.orchestrator.sweepfile.matrix import check_cell
-    from privauditor.tasks.cell import CellEnvironment, run_cell
-    from privauditor.tasks.config import cell_config
+    from privauditor.tasks.cell.run import CellEnvironment, run_cell
     from privauditor.tasks.defences import get_defence
-    from privauditor.tasks.results import checkpoint_results
+    from privauditor.tasks.infra.results import checkpoint_results
+    from privauditor.tasks.spec.config import cell_config
 
     from .report.plots import roc_png
     from .run.trials import local_launcher
@@ -185,7 +185,7 @@ def _check_attack(attack: str, found: list[dict[str, Any]], name: str) -> None:
     cells of the results folder ``name`` ran (their leaderboard rows ``found``); an unknown name gets
     "did you mean"."""
     from privauditor.tasks.attacks import ATTACKS
-    from privauditor.tasks.errors import unknown_name_message
+    from privauditor.tasks.infra.errors import unknown_name_message
 
     ran = sorted({r["attack"] for r in found})
     if attack not in ATTACKS and attack not in ran:

@@ -53,7 +53,7 @@ class Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        from privauditor.tasks.provenance import versions
+        from privauditor.tasks.infra.provenance import versions
 
         found = versions()
         revision = found.get("privauditor_git")

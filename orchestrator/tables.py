@@ -7,7 +7,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from privauditor.tasks.results import ResultsFolder
+from privauditor.tasks.infra.results import ResultsFolder
 
 #: rich's box of these tables: no borders, a space between columns, a rule of dashes under the header
 RULE_SPEC = "    \n    \n -  \n    \n    \n    \n    \n    \n"

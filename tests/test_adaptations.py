@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation, chosen_rates
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.models import FAMILIES
-from privauditor.tasks.snapshots import restore, trainable_state
-from privauditor.tasks.training import Loop, TrainConfig, apply_seeded, collate, encode, train
+from privauditor.tasks.training.loop import Loop, TrainConfig, apply_seeded, collate, encode, train
+from privauditor.tasks.training.snapshots import restore, trainable_state
 
 from .helpers import EXAMPLES, fresh_base
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import privauditor
-import privauditor.tasks.errors
+import privauditor.tasks.infra.errors
 from privauditor.orchestrator.cli import main
 
 #: in every member record: the report must never contain it
@@ -125,7 +125,9 @@ def test_a_named_column_of_csv_and_parquet_files_is_audited(tmp_path):
     texts = [" ".join(rng.choice(words, 10)) for _ in range(32)]
     pd.DataFrame({"ticket": range(16), "body": texts[:16]}).to_csv(tmp_path / "m.csv", index=False)
     pd.DataFrame({"ticket": range(16), "body": texts[16:]}).to_parquet(tmp_path / "n.parquet")
-    with pytest.raises(privauditor.tasks.errors.PrivauditorError, match=r"no column 'text'.*body, ticket"):
+    with pytest.raises(
+        privauditor.tasks.infra.errors.PrivauditorError, match=r"no column 'text'.*body, ticket"
+    ):
         privauditor.audit("tiny-gpt2", tmp_path / "m.csv", tmp_path / "n.parquet", tmp_path / "out",
                           text_column="text")  # fmt: skip
     result = privauditor.audit(

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from privauditor.tasks.attacks import ATTACKS, build_attack
-from privauditor.tasks.config import DEFAULT_ATTACKS
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.signals import Signals, zlib_bytes
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.passes.signal_table import Signals, zlib_bytes
+from privauditor.tasks.spec.config import DEFAULT_ATTACKS
 
 
 def f32(*values):
@@ -128,7 +128,7 @@ def test_attack_costs_are_their_views_passes_per_text():
 
 def stored_signals(folder, mu_rows):
     """A signals file of format 2 with one member and one non-member per row of ``mu`` (entropy −mu)."""
-    from privauditor.tasks.files import write_table
+    from privauditor.tasks.infra.files import write_table
 
     n = len(mu_rows)
     logp = [f32(-1.0, -4.0, -2.0) - i for i in range(n)]
@@ -142,7 +142,7 @@ def stored_signals(folder, mu_rows):
 
 
 def test_an_attack_abstains_on_a_text_it_cannot_score_and_on_all_reports_no_auc(tmp_path):
-    from privauditor.tasks.attack_job import AttackJob, attack_job
+    from privauditor.tasks.cell.attack_job import AttackJob, attack_job
 
     # surp, k 0.4 of 3 tokens = 1 lowest (position 2, log p -4 - i); entropy -mu there 0.5 (< 2) or 5
     sure, unsure = [-3.0, -0.5, -3.0], [-3.0, -5.0, -3.0]

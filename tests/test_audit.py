@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.orchestrator.cli import main
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
+from privauditor.tasks.cell.run import run_cell
 from privauditor.tasks.datasets import load_dataset
+from privauditor.tasks.spec.config import cell_config
 
 SETTINGS = ["attacks=[loss,reference,min_k_pp]", "score.bootstrap=50"]
 
@@ -159,7 +159,7 @@ def test_an_adapter_hashes_alike_whatever_order_peft_wrote_its_module_sets(tmp_p
     """peft keeps ``target_modules`` as a set and writes it in the order of the process's string hashing:
     the same adapter saved twice must give one adaptation hash (and one audit id), other changes another."""
 
-    from privauditor.tasks.provenance import directory_hash
+    from privauditor.tasks.infra.provenance import directory_hash
 
     config = {"peft_type": "LORA", "r": 8, "target_modules": ["q_proj", "v_proj", "c_fc"]}
     hashes = []

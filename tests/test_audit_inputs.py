@@ -10,10 +10,10 @@ import math
 import pytest
 
 from privauditor.orchestrator.cli import main
-from privauditor.tasks.audit import audit_config
-from privauditor.tasks.audit_inputs import check_inputs, near_duplicates, perfect_separation_p
+from privauditor.tasks.audit.inputs import check_inputs, near_duplicates, perfect_separation_p
+from privauditor.tasks.audit.run import audit_config
 from privauditor.tasks.datasets import Example
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 from .test_audit import audit_argv
 

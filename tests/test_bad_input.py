@@ -119,7 +119,7 @@ def gpt2_adapter(tmp_path_factory):
     """A LoRA adapter saved for tiny-gpt2, as a cell saves it."""
     from privauditor.tasks.adaptations import build_adaptation
     from privauditor.tasks.models import load_model
-    from privauditor.tasks.training import apply_seeded
+    from privauditor.tasks.training.loop import apply_seeded
 
     loaded = load_model("tiny-gpt2")
     technique = build_adaptation("lora")

@@ -19,7 +19,7 @@ from privauditor.orchestrator.board.store import Store
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.report import battery
 from privauditor.orchestrator.report.blocks import fraction_text
-from privauditor.tasks.cache import stable_hash
+from privauditor.tasks.infra.cache import stable_hash
 
 from .test_board import Page, snapshot
 

@@ -15,7 +15,7 @@ import torch
 
 from privauditor.tasks.adaptations import ADAPTATIONS
 from privauditor.tasks.adaptations._base import WEIGHTS_FILE, modules_matching
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.models import FAMILIES
 from privauditor.tasks.models._spec import ModuleMap, TinyArchitecture
 

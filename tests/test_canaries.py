@@ -1,4 +1,4 @@
-"""Canaries and their exposure (tasks/canaries.py): drawing, the split part, exact and estimated exposure,
+"""Canaries and their exposure (tasks/leakage/canaries.py): drawing, the split part, exact and estimated exposure,
 the null, and a cell where repeated canaries are exposed and an untrained model's are not."""
 
 from __future__ import annotations
@@ -9,14 +9,20 @@ import math
 import numpy as np
 import pytest
 
-from privauditor.tasks.canaries import CanarySettings, exposure, exposures, make_canaries, null_quantile
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.data.splits import draw_split
 from privauditor.tasks.datasets import load_dataset
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.sections import SplitConfig
-from privauditor.tasks.signals import TokenStats
-from privauditor.tasks.splits import draw_split
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.leakage.canaries import (
+    CanarySettings,
+    exposure,
+    exposures,
+    make_canaries,
+    null_quantile,
+)
+from privauditor.tasks.passes.signal_table import TokenStats
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.spec.sections import SplitConfig
 
 
 class Words:
@@ -144,7 +150,7 @@ def test_exposure_stars_are_holm_over_the_table_and_the_null_p_is_the_gamma_tail
     below the old per-entry 1 % line, so the old table starred all 40) get none after Holm over the 40,
     while a canary ranked first of 1,000 at every repetition (about 10 bits) keeps its star."""
     from privauditor.orchestrator.report.exposure import starred
-    from privauditor.tasks.canaries import null_sf
+    from privauditor.tasks.leakage.canaries import null_sf
 
     assert null_sf(null_quantile(0.995, 4), 4) == pytest.approx(0.005)
     assert null_sf(1.0, 1) == pytest.approx(0.5)  # the null's median exposure is 1 bit

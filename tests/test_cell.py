@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.orchestrator.cli import main
-from privauditor.tasks.cell import CellEnvironment, run_cell
-from privauditor.tasks.config import DEFAULT_ATTACKS, cell_config
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.extraction import ExtractionSettings, extraction_metrics
-from privauditor.tasks.signals import Signals
-from privauditor.tasks.spec import CellSpec
+from privauditor.tasks.cell.run import CellEnvironment, run_cell
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.leakage.extraction import ExtractionSettings, extraction_metrics
+from privauditor.tasks.passes.signal_table import Signals
+from privauditor.tasks.spec.config import DEFAULT_ATTACKS, cell_config
+from privauditor.tasks.spec.resolved import CellSpec
 
 SIGNAL_COLUMNS = {"sample_id", "member", "token_ids", "logp", "mu", "sigma"}
 METRIC_KEYS = {"auc", "auc_ci", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "roc"}
@@ -189,7 +189,7 @@ def test_cli_errors_exit_2_and_leave_nothing(tmp_path, capsys):
 
 
 def test_a_cell_past_its_time_limit_stops_without_done_and_reruns_cleanly(tmp_path):
-    from privauditor.tasks.deadline import CellTimeout
+    from privauditor.tasks.infra.deadline import CellTimeout
 
     config = cell_config(
         {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "climate"},

@@ -1,5 +1,5 @@
 """The plan is what runs: for every registered technique (in-context learning included) and a defence, a
-cell's plan (:func:`~privauditor.tasks.cell_plan.plan_cell`, given the best checkpoint the cell found) names
+cell's plan (:func:`~privauditor.tasks.cell.plan.plan_cell`, given the best checkpoint the cell found) names
 exactly the attacks each checkpoint ran, the ones it skipped with the same reason, and views read by the
 attacks that ran only; and the skip rule the plan and an audit share."""
 
@@ -9,11 +9,11 @@ import pytest
 
 from privauditor.tasks.adaptations import ADAPTATIONS
 from privauditor.tasks.attacks import build_attack
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.cell_plan import Facts, plan_cell, skip_reason
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.spec import CellSpec
+from privauditor.tasks.cell.plan import Facts, plan_cell, skip_reason
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.spec.resolved import CellSpec
 
 #: an attack of each kind of rule: signals only, gradients (no context), a trajectory, a model of its own
 ATTACKS = "attacks=[loss,gradnorm,lt_iqr,spv_mia]"

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.orchestrator.cli import main
-from privauditor.tasks.audit_inputs import read_records
-from privauditor.tasks.chat import render
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.audit.inputs import read_records
+from privauditor.tasks.data.chat import render
+from privauditor.tasks.infra.errors import PrivauditorError
 
 from .test_audit import audit_argv
 

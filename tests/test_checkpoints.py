@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.orchestrator.report.leaderboard import rows
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.training import checkpoint_steps, warmup_then_constant
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.training.loop import checkpoint_steps, warmup_then_constant
 
 SMALL = ["split.members=12", "split.nonmembers=12", "split.validation=8", "train.max_length=48",
          "train.batch_size=4", "attacks=[loss,zlib,neighbourhood]", "attack_params.neighbourhood.k=2"]  # fmt: skip
@@ -80,8 +80,8 @@ def plan_ran_the_cell(cell_dir, record):
     adapter saved where the plan saves one, every view file in the store the plan names, and every timed
     stage under a label the plan has."""
     code = (
-        "import json, sys; from privauditor.tasks.spec import CellSpec; "
-        "from privauditor.tasks.cell_plan import plan_cell; "
+        "import json, sys; from privauditor.tasks.spec.resolved import CellSpec; "
+        "from privauditor.tasks.cell.plan import plan_cell; "
         "record = json.load(open(sys.argv[1])); "
         "best = [c['best'] for c in record['checkpoints']].index(True); "
         "plan = plan_cell(CellSpec.from_dict(record['config']), best=best); "

@@ -9,8 +9,8 @@ import pytest
 from faker import Faker
 
 from privauditor.tasks.attacks import build_attack
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.spec.config import cell_config
 from privauditor.tasks.views.blind import METADATA, shift_test
 
 LABELS = np.r_[np.ones(64, bool), np.zeros(64, bool)]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import torch
 
 from privauditor.tasks.adaptations import build_adaptation
-from privauditor.tasks.counting import ForwardCounter, read_counts
-from privauditor.tasks.gradients import gradient_norms
-from privauditor.tasks.neighbours import generate_neighbours, load_masked_lm
-from privauditor.tasks.scoring import score_examples
-from privauditor.tasks.training import TrainConfig, apply_seeded, train
+from privauditor.tasks.passes.counting import ForwardCounter, read_counts
+from privauditor.tasks.passes.forward import score_examples
+from privauditor.tasks.passes.gradients import gradient_norms
+from privauditor.tasks.passes.neighbours import generate_neighbours, load_masked_lm
+from privauditor.tasks.training.loop import TrainConfig, apply_seeded, train
 
 from .helpers import EXAMPLES, fresh_base
 

@@ -2,7 +2,7 @@
 nothing and redoes nothing finished; SIGINT stops it cleanly.
 
 Each run is a real ``privauditor run`` in its own process group; ``PRIVAUDITOR_FAULT``
-(:mod:`privauditor.tasks.faults`) parks the process that reaches the chosen point, and the test kills
+(:mod:`privauditor.tasks.infra.faults`) parks the process that reaches the chosen point, and the test kills
 the whole group (driver, Ray, the cell's worker) with SIGKILL there.
 """
 

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
 from privauditor.tasks.datasets import DATASETS, DatasetPlugin, load_dataset  # noqa: E402
-from privauditor.tasks.errors import DataError, UnknownNameError  # noqa: E402
+from privauditor.tasks.infra.errors import DataError, UnknownNameError  # noqa: E402
 
 NAMES = DATASETS.names()
 CANARY = "CANARY-7f3a-private-text"  # planted in records; must never show up in reports or errors

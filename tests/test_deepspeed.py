@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.orchestrator.run.ray_train import RayTrainLauncher
-from privauditor.tasks.cell import CellEnvironment, run_cell
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.spec import CellSpec
+from privauditor.tasks.cell.run import CellEnvironment, run_cell
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.spec.resolved import CellSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -53,11 +53,11 @@ def member_loss_scores(path):
 def rescored(technique, adapter_dir):
     """LOSS scores of the members with the saved adaptation reloaded onto a fresh base."""
     from privauditor.tasks.adaptations import build_adaptation
-    from privauditor.tasks.config import SplitConfig
+    from privauditor.tasks.data.splits import draw_split
     from privauditor.tasks.datasets import load_dataset
     from privauditor.tasks.models import load_model
-    from privauditor.tasks.scoring import score_examples
-    from privauditor.tasks.splits import draw_split
+    from privauditor.tasks.passes.forward import score_examples
+    from privauditor.tasks.spec.config import SplitConfig
 
     loaded = load_model("tiny-llama")
     model = build_adaptation(technique).load(loaded.model, loaded.family, adapter_dir)

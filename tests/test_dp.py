@@ -11,13 +11,13 @@ import torch
 
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.sweepfile.sweep import parse_sweep
-from privauditor.tasks.config import SplitConfig, cell_config
+from privauditor.tasks.data.splits import draw_split
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.defences.dp import Privacy, noise_multiplier, rdp_epsilon, spent_epsilon
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.lower_bound import cp_upper, epsilon_bound
-from privauditor.tasks.splits import draw_split
-from privauditor.tasks.training import LocalStep, apply_seeded, collate, encode
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.spec.config import SplitConfig, cell_config
+from privauditor.tasks.stats.lower_bound import cp_upper, epsilon_bound
+from privauditor.tasks.training.loop import LocalStep, apply_seeded, collate, encode
 
 from .helpers import fresh_base
 
@@ -36,7 +36,7 @@ def test_clipping_only_step_equals_a_hand_clipped_reference(technique, precision
     At ``bf16-mixed`` both sides run under the same autocast (the reference's own bf16 products round
     otherwise than the batched ones: 5 % of each tensor's largest entry)."""
     from privauditor.tasks.adaptations import build_adaptation
-    from privauditor.tasks.precision import autocast, to_precision
+    from privauditor.tasks.infra.precision import autocast, to_precision
 
     family, tokenizer, base = fresh_base("gpt2")
     model = apply_seeded(build_adaptation(technique, None), base, family, seed=0)

@@ -9,17 +9,17 @@ import pytest
 import torch
 
 from privauditor.tasks.datasets import Example, load_dataset
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.extraction import (
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.leakage.extraction import (
     ExtractionSettings,
     extraction_metrics,
     greedy_extracted,
     samples_needed,
     suffix_logprob,
 )
-from privauditor.tasks.scoring import score_examples
-from privauditor.tasks.signals import Signals
-from privauditor.tasks.training import encode
+from privauditor.tasks.passes.forward import score_examples
+from privauditor.tasks.passes.signal_table import Signals
+from privauditor.tasks.training.loop import encode
 
 from .helpers import fresh_base
 

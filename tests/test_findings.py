@@ -17,8 +17,8 @@ from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.report.findings import findings
 from privauditor.orchestrator.report.plots import pareto
 from privauditor.orchestrator.report.summary import final
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.spec.config import cell_config
 
 LEVELS = {"none": 0.50, "prompt": 0.53, "lora": 0.60, "full": 0.70, "head": 0.76}
 #: one row of a rendered headline table: rank, technique, mean AUC, mean rank [CI]

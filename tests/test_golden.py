@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from privauditor.tasks.attacks import ATTACKS, build_attack
-from privauditor.tasks.signals import Signals
+from privauditor.tasks.passes.signal_table import Signals
 from privauditor.tasks.views.conditioned import HeldOut
 from privauditor.tasks.views.self_prompted import SelfPromptedNLL
 

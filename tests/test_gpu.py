@@ -19,12 +19,12 @@ import torch
 
 from privauditor.tasks.adaptations import ADAPTATIONS, build_adaptation
 from privauditor.tasks.attacks import ATTACKS
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.gradients import per_sample_gradients, target_nll
+from privauditor.tasks.cell.run import run_cell
 from privauditor.tasks.models import load_model
-from privauditor.tasks.scoring import score_examples
-from privauditor.tasks.training import apply_seeded, collate, encode
+from privauditor.tasks.passes.forward import score_examples
+from privauditor.tasks.passes.gradients import per_sample_gradients, target_nll
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.training.loop import apply_seeded, collate, encode
 
 from .test_scoring import TEXTS
 

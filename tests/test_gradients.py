@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from privauditor.tasks.adaptations import build_adaptation
-from privauditor.tasks.gradients import gradient_norms, per_sample_gradients, target_nll
-from privauditor.tasks.training import apply_seeded, collate, encode
+from privauditor.tasks.passes.gradients import gradient_norms, per_sample_gradients, target_nll
+from privauditor.tasks.training.loop import apply_seeded, collate, encode
 
 from .helpers import EXAMPLES, fresh_base
 from .test_scoring import TEXTS

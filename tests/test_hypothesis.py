@@ -10,7 +10,7 @@ import pytest
 
 from privauditor.orchestrator.sweepfile.hypothesis import Block, attempts, log_attempt, parse, registration
 from privauditor.orchestrator.sweepfile.sweep import load_sweep
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 BLOCK = """hypothesis:
   classes: {prompt: prompt_based, lora: adapters, full: full}
@@ -58,7 +58,7 @@ def commit_block(root, found):
 
 
 def hypothesis():
-    from privauditor.tasks.settings import load_yaml
+    from privauditor.tasks.infra.strict import load_yaml
 
     return parse(load_yaml(BLOCK)["hypothesis"])
 
@@ -74,7 +74,7 @@ def test_committed_before_the_run_on_fresh_declared_blocks_is_pre_registered(che
 
 
 def test_formed_blocks_new_seeds_undeclared_blocks_or_a_later_commit_make_it_exploratory(checkout):
-    from privauditor.tasks.settings import load_yaml
+    from privauditor.tasks.infra.strict import load_yaml
 
     root, before, after = checkout
     # new seeds of a formed block are the same block: the test's unit is the block
@@ -107,7 +107,7 @@ def test_formed_blocks_new_seeds_undeclared_blocks_or_a_later_commit_make_it_exp
 
 
 def test_test_blocks_among_the_formed_ones_are_refused_in_one_line():
-    from privauditor.tasks.settings import load_yaml
+    from privauditor.tasks.infra.strict import load_yaml
 
     data = load_yaml(BLOCK)["hypothesis"]
     overlapping = {

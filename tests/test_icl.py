@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from privauditor.tasks.adaptations import build_adaptation
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import SplitConfig, cell_config
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.data.splits import draw_split
 from privauditor.tasks.datasets import load_dataset
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.models import load_model
-from privauditor.tasks.scorer import Scorer
-from privauditor.tasks.scoring import score_examples
-from privauditor.tasks.splits import draw_split
+from privauditor.tasks.passes.forward import score_examples
+from privauditor.tasks.passes.scorer import Scorer
+from privauditor.tasks.spec.config import SplitConfig, cell_config
 
 
 def test_prompts_hold_every_trained_record_once_and_assign_every_other_text():

@@ -25,10 +25,23 @@ def modules() -> dict[str, Path]:
 
 
 #: The folders' layers, bottom first: a folder imports its own modules and those of lower layers only, never
-#: a folder of its own layer or above. The sweep file and the results store are the orchestrator's floor;
-#: run, report, plan and board stand on them; the Python API and the command line on top.
+#: a folder of its own layer or above. In ``tasks/``: infrastructure at the floor, then statistics and the
+#: plugin rooms that need no model pass, the data and training, the model passes, the views and attacks
+#: that read them, the spec that resolves every plugin, the cell that runs a spec, and the audit. The sweep
+#: file and the results store are the orchestrator's floor; run, report, plan and board stand on them; the
+#: Python API and the command line on top.
 LAYERS = (
-    ("tasks",),
+    ("tasks", "tasks.infra"),
+    ("tasks.stats", "tasks.datasets", "tasks.models"),
+    ("tasks.leakage", "tasks.adaptations"),
+    ("tasks.data",),
+    ("tasks.training",),
+    ("tasks.passes",),
+    ("tasks.views", "tasks.defences"),
+    ("tasks.attacks",),
+    ("tasks.spec",),
+    ("tasks.cell",),
+    ("tasks.audit",),
     ("orchestrator.sweepfile", "orchestrator.store"),
     ("orchestrator.tables",),
     ("orchestrator.report", "orchestrator.plan"),
@@ -40,11 +53,12 @@ LAYERS = (
 
 
 def folder_of(module: str) -> str:
-    """The layer unit of a module: ``tasks``, ``orchestrator.<sub-package>``, ``orchestrator.tables``,
-    ``orchestrator.cli`` (the cli modules), or ``api`` (the top-level package)."""
+    """The layer unit of a module: ``tasks.<sub-package>`` (``tasks``: the package itself),
+    ``orchestrator.<sub-package>``, ``orchestrator.tables``, ``orchestrator.cli`` (the cli modules), or
+    ``api`` (the top-level package)."""
     parts = module.split(".")
     if parts[:2] == ["privauditor", "tasks"]:
-        return "tasks"
+        return "tasks" if len(parts) == 2 else f"tasks.{parts[2]}"
     if parts[:2] == ["privauditor", "orchestrator"]:
         if len(parts) == 2:
             return "orchestrator.tables"  # the package itself: a docstring, at the floor
@@ -97,7 +111,7 @@ def imported(name: str, path: Path, known: dict[str, Path], typing: bool = False
 def test_the_import_graph_has_no_circle(typing):
     known = modules()
     graph = {name: imported(name, path, known, typing) for name, path in known.items()}
-    assert len(graph) > 140 and graph["privauditor.tasks.audit"] >= {"privauditor.tasks.cell"}
+    assert len(graph) > 140 and graph["privauditor.tasks.audit.run"] >= {"privauditor.tasks.cell.run"}
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as error:
@@ -112,23 +126,29 @@ def test_every_folder_imports_only_its_own_and_lower_layers():
 
 
 def test_the_layer_check_finds_a_planted_upward_import():
-    """A report module that imports the runner (a layer above it), and the plan importing report (its own
-    layer): both found; the real graph with them planted fails the test above."""
+    """A report module that imports the runner (a layer above it), the plan importing report (its own
+    layer) and a model pass importing the cell: all found; the real graph with them planted fails the test
+    above."""
     known = modules()
     graph = {name: imported(name, path, known, typing=True) for name, path in known.items()}
     graph["privauditor.orchestrator.report.findings"].add("privauditor.orchestrator.run.runner")
     graph["privauditor.orchestrator.plan.plan"].add("privauditor.orchestrator.report.leaderboard")
+    graph["privauditor.tasks.passes.forward"].add("privauditor.tasks.cell.evaluate")
     assert upward(graph) == [
         "privauditor.orchestrator.plan.plan (orchestrator.plan) imports "
         "privauditor.orchestrator.report.leaderboard (orchestrator.report)",
         "privauditor.orchestrator.report.findings (orchestrator.report) imports "
         "privauditor.orchestrator.run.runner (orchestrator.run)",
+        "privauditor.tasks.passes.forward (tasks.passes) imports privauditor.tasks.cell.evaluate (tasks.cell)",
     ]
 
 
 #: files that may name ``cells/``: the store itself, and the board site, whose pages ``cells/<id>.html``
 #: are its own layout, not a results folder's
-OWNS_CELLS = {"tasks/results.py": "the results store", "orchestrator/board/site.py": "the site's cell pages"}
+OWNS_CELLS = {
+    "tasks/infra/results.py": "the results store",
+    "orchestrator/board/site.py": "the site's cell pages",
+}
 
 
 def cells_paths(path: Path) -> list[int]:
@@ -176,7 +196,7 @@ def test_only_the_store_builds_paths_into_cells(tmp_path):
             relative = path.relative_to(ROOT).as_posix()
             if relative not in OWNS_CELLS and (lines := cells_paths(path)):
                 found[relative] = lines
-    assert found == {}, f"paths into cells/ built outside tasks/results.py: {found}"
+    assert found == {}, f"paths into cells/ built outside tasks/infra/results.py: {found}"
     planted = tmp_path / "planted.py"  # the check finds each way of building one
     planted.write_text(
         '"""cells/ in a docstring is fine."""\n'

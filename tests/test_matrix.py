@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from privauditor.orchestrator.sweepfile.matrix import check_cell, expand
-from privauditor.tasks.errors import PrivauditorError, UnknownNameError
+from privauditor.tasks.infra.errors import PrivauditorError, UnknownNameError
 
 
 def test_unsupported_pairs_are_dropped_and_listed():

@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import beta, binomtest, norm
 from sklearn.metrics import roc_auc_score
 
-from privauditor.tasks.metrics import (
+from privauditor.tasks.stats.metrics import (
     attack_metrics,
     average_ranks,
     clopper_pearson,
@@ -201,7 +201,7 @@ def test_bad_inputs_are_refused():
 def test_resampled_aucs_by_counts_are_the_ranks_aucs_bit_for_bit():
     """The bootstrap's O(m + n) AUC of each resample (draw counts and cumulative sums) equals the rank
     formula on the resampled scores exactly, ties included, so every stored CI is the one ranks give."""
-    from privauditor.tasks.metrics import auc_from_ranks, resampled_aucs
+    from privauditor.tasks.stats.metrics import auc_from_ranks, resampled_aucs
 
     rng = np.random.default_rng(7)
     for m, n in ((2, 2), (3, 40), (57, 9), (280, 280)):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from privauditor.orchestrator.cli import main
-from privauditor.tasks.errors import PrivauditorError, UnknownNameError
+from privauditor.tasks.infra.errors import PrivauditorError, UnknownNameError
 from privauditor.tasks.models import (
     FAMILIES,
     MODELS,

@@ -21,10 +21,10 @@ import torch
 gguf = pytest.importorskip("gguf")
 
 from privauditor.tasks.datasets import Example  # noqa: E402
-from privauditor.tasks.errors import PrivauditorError  # noqa: E402
+from privauditor.tasks.infra.errors import PrivauditorError  # noqa: E402
 from privauditor.tasks.models import MODELS, ModelSpec, load_model, weights_identity  # noqa: E402
 from privauditor.tasks.models._package import Packaged  # noqa: E402
-from privauditor.tasks.scoring import mean_nll  # noqa: E402
+from privauditor.tasks.passes.forward import mean_nll  # noqa: E402
 
 TEXTS = ["Quarterly revenue rose 4% on card fees.", "SELECT name FROM clients WHERE balance > 100;"]
 CHAT = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"

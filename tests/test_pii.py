@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from privauditor.tasks.datasets import DATASETS, load_dataset, pii_patterns
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.pii import Span, find_spans, reconstruction, token_ranges
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.leakage.pii import Span, find_spans, reconstruction, token_ranges
 
 
 @pytest.mark.parametrize("name", DATASETS.names())
@@ -73,9 +73,9 @@ def test_inference_picks_the_value_the_model_prefers_among_its_kind():
     """A model that finds the members' own records more likely (log-likelihood 0) than any other text (-1)
     infers every member's field and no non-member's (a non-member's true record ties with its decoys: not
     strictly above), at chance 1/5; fields without enough decoys of their kind are not counted."""
+    from privauditor.tasks.leakage.pii import inference
     from privauditor.tasks.models import load_model
-    from privauditor.tasks.pii import inference
-    from privauditor.tasks.signals import TokenStats
+    from privauditor.tasks.passes.signal_table import TokenStats
 
     examples = list(load_dataset("finance").examples[:24])
     member = np.arange(24) < 12
@@ -129,7 +129,7 @@ class _Recording:
         self.own, self.seen = {e.target for e in own}, []
 
     def score(self, chosen, max_length, batch_size, moments=True):
-        from privauditor.tasks.signals import TokenStats
+        from privauditor.tasks.passes.signal_table import TokenStats
 
         self.seen += list(chosen)
         found = []
@@ -156,7 +156,7 @@ def _decoys(scorer, examples, member):
 
 
 def _infer(scorer, examples, member, seed, **extra):
-    from privauditor.tasks.pii import inference
+    from privauditor.tasks.leakage.pii import inference
 
     stored = [s.logp for s in scorer.score(examples, 512, 8)]
     scorer.seen.clear()
@@ -213,9 +213,9 @@ def test_record_level_bootstrap_covers_where_field_level_intervals_do_not():
     """Six fields per record, all inferred or none (perfectly correlated), 40 records a side, rates 0.5 and
     0.3: over 200 simulated cells the record-level bootstrap's 95 % intervals cover the members' and
     non-members' rates and their difference at least 88 % of the time; the field-level intervals (fields
-    as independent: Clopper-Pearson and Newcombe, tasks/metrics.py's ``rates``) cover them far less."""
-    from privauditor.tasks.metrics import rates
-    from privauditor.tasks.pii import record_rates
+    as independent: Clopper-Pearson and Newcombe, tasks/stats/metrics.py's ``rates``) cover them far less."""
+    from privauditor.tasks.leakage.pii import record_rates
+    from privauditor.tasks.stats.metrics import rates
 
     rng = np.random.default_rng(0)
     truth = {"members": 0.5, "nonmembers": 0.3, "difference": 0.2}
@@ -263,9 +263,9 @@ def test_the_audit_page_says_where_the_decoys_came_from_and_how_the_intervals_we
 def test_cells_that_infer_pii_carry_its_version_in_their_id_and_others_keep_theirs(monkeypatch):
     """``pii_inference_version`` joins the hashed spec only with ``score.pii_candidates``: cells measured
     with the old decoys get new ids, cells without inference keep theirs; cell.json's config reads back."""
-    from privauditor.tasks import pii
-    from privauditor.tasks.config import cell_config
-    from privauditor.tasks.spec import CellSpec
+    from privauditor.tasks.leakage import pii
+    from privauditor.tasks.spec.config import cell_config
+    from privauditor.tasks.spec.resolved import CellSpec
 
     small = ["split={members: 4, nonmembers: 4, validation: 2}", "attacks=[loss]"]
     base = {"model": "yahma/llama-7b-hf", "adaptation": "lora", "dataset": "finance"}  # nothing to build

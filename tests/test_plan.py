@@ -301,7 +301,7 @@ def test_a_malformed_or_foreign_benchmark_is_a_one_line_error(tmp_path, capsys, 
 
 def test_benchmark_device_names_map_to_the_price_tables_devices(tmp_path):
     from privauditor.orchestrator.plan.bench import is_benchmark, match_device, read_benchmark
-    from privauditor.tasks.errors import PrivauditorError
+    from privauditor.tasks.infra.errors import PrivauditorError
 
     devices = load_prices()["devices"]
     for name, entry in (("NVIDIA H200", "H200-141GB"), ("NVIDIA A100-SXM4-80GB", "A100-80GB"),

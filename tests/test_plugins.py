@@ -46,7 +46,7 @@ took (a toy defence: its settings, tag, hooks and record are a defence plugin's 
 from dataclasses import dataclass
 
 from privauditor.tasks.defences import DEFENCES, Defence, Guard
-from privauditor.tasks.training import LocalStep
+from privauditor.tasks.training.loop import LocalStep
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ import torch
 
 from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.attacks import ATTACKS
-from privauditor.tasks.batches import cut_batches
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.precision import autocast, precision_of, resolve_precision, to_precision
 from privauditor.tasks.models import load_model
-from privauditor.tasks.precision import autocast, precision_of, resolve_precision, to_precision
-from privauditor.tasks.scoring import score_examples
-from privauditor.tasks.training import LocalStep, apply_seeded, collate, encode
+from privauditor.tasks.passes.batches import cut_batches
+from privauditor.tasks.passes.forward import score_examples
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.training.loop import LocalStep, apply_seeded, collate, encode
 
 from .test_scoring import TEXTS
 
@@ -216,7 +216,7 @@ def test_a_bf16_mixed_cell_keeps_utility_records_its_precision_and_shares_no_bas
 
 @pytest.mark.parametrize(("precision", "enabled"), [("fp32", False), ("bf16-mixed", True)])
 def test_deepspeed_runs_its_own_bf16_exactly_under_bf16_mixed_on_any_device(precision, enabled):
-    from privauditor.tasks.distributed import deepspeed_config
+    from privauditor.tasks.training.distributed import deepspeed_config
 
     spec = cell_config(SETTINGS, ["train.workers=2", f"train.precision={precision}"]).resolve(build=False)
     config = deepspeed_config(spec.train.deepspeed, 4, spec.train.precision)

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from privauditor.tasks import progress
-from privauditor.tasks.progress import Progress, duration, line, read_folder, to_folder
+from privauditor.tasks.infra import progress
+from privauditor.tasks.infra.progress import Progress, duration, line, read_folder, to_folder
 
 
 class Clock:
@@ -80,7 +80,7 @@ def test_a_sweeps_eta_weighs_cells_by_their_predicted_cost():
     ones' cost, where a count of cells would say 'as long again'."""
     import math
 
-    from privauditor.orchestrator.run.progress import eta_seconds
+    from privauditor.orchestrator.run.console import eta_seconds
 
     weights = {"a": 1.0, "b": 1.0, "c": 4.0, "d": 4.0}
     assert eta_seconds(60.0, {"a", "b"}, 4, weights) == 240.0  # 60 s per 2 units, 8 units left

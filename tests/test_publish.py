@@ -11,7 +11,7 @@ from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.report.row_schema import columns
 from privauditor.orchestrator.store.tracking import log_cell, log_leaderboard
 from privauditor.orchestrator.sweepfile.sweep import WandbSettings
-from privauditor.tasks.results import checkpoint_results
+from privauditor.tasks.infra.results import checkpoint_results
 
 CANARY = "QZXV{:03d}CANARY"
 

@@ -9,11 +9,11 @@ import pytest
 
 from privauditor.orchestrator.cli import main
 from privauditor.tasks.adaptations import build_adaptation
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
+from privauditor.tasks.cell.run import run_cell
 from privauditor.tasks.datasets import Example
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.receipts import first_label_in_loss, receipt
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.training.receipts import first_label_in_loss, receipt
 
 from .helpers import fresh_base
 

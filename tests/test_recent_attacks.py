@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.tasks.attacks import build_attack
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.spec.config import cell_config
 
 #: the attacks after 2023 that read a model (lt_iqr, which reads a trajectory: tests/test_checkpoints.py)
 RECENT = ["lowercase", "recall", "con_recall", "dc_pdd", "surp", "rmia", "spv_mia", "wbc", "ezmia_degenerate_one",
@@ -55,7 +55,7 @@ def canary_and_base(tmp_path_factory):
 def interval(cell, name):
     """The attack's AUC interval at 1 - 0.05 / m, m the attacks this test checks (Bonferroni): the same
     seeded, stratified bootstrap as ``metrics.json``'s 95 % one, from the cell's scores."""
-    from privauditor.tasks.metrics import bootstrap_auc_ci
+    from privauditor.tasks.stats.metrics import bootstrap_auc_ci
 
     rows = [r for r in pq.read_table(cell.path / "scores.parquet").to_pylist() if r["attack"] == name]
     member = np.array([r["member"] for r in rows])

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from privauditor.tasks.errors import PrivauditorError, UnknownNameError, closest
-from privauditor.tasks.registry import Registry
+from privauditor.tasks.infra.errors import PrivauditorError, UnknownNameError, closest
+from privauditor.tasks.infra.registry import Registry
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def plugin_package(tmp_path, monkeypatch):
     package = tmp_path / "fakeplugins"
     package.mkdir()
     (package / "__init__.py").write_text(
-        "from privauditor.tasks.registry import Registry\nTHINGS = Registry('thing', __name__)\n"
+        "from privauditor.tasks.infra.registry import Registry\nTHINGS = Registry('thing', __name__)\n"
     )
     for stem in ("alpha_beta", "gamma"):
         (package / f"{stem}.py").write_text(

@@ -16,8 +16,8 @@ from privauditor.orchestrator.plan.plan import tokens_for
 from privauditor.orchestrator.plan.shapes import shape_of
 from privauditor.orchestrator.plan.work import cell_work
 from privauditor.orchestrator.report.row_schema import columns
-from privauditor.tasks.attack_job import AttackJob, attack_job
-from privauditor.tasks.spec import CellSpec
+from privauditor.tasks.cell.attack_job import AttackJob, attack_job
+from privauditor.tasks.spec.resolved import CellSpec
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

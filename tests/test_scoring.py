@@ -8,9 +8,9 @@ import torch
 
 from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.datasets import Example
-from privauditor.tasks.scoring import score_examples
-from privauditor.tasks.signals import RANK_CAP, TOPK
-from privauditor.tasks.training import apply_seeded, collate, encode
+from privauditor.tasks.passes.forward import score_examples
+from privauditor.tasks.passes.signal_table import RANK_CAP, TOPK
+from privauditor.tasks.training.loop import apply_seeded, collate, encode
 
 from .helpers import EXAMPLES, fresh_base
 
@@ -92,7 +92,7 @@ def test_token_ids_are_the_target_and_logp_is_the_models_own_log_softmax(family_
     ("family_name", "technique"), [("llama", "prompt"), ("t5", "lora"), ("bloom", "none")]
 )
 def test_batching_with_padding_gives_the_numbers_of_one_text_at_a_time(family_name, technique, monkeypatch):
-    import privauditor.tasks.scoring as scoring
+    import privauditor.tasks.passes.forward as scoring
 
     family, tokenizer, model = adapted(family_name, technique)
     together = score_examples(model, tokenizer, TEXTS, 64, family.seq2seq, batch_size=len(TEXTS))
@@ -109,7 +109,7 @@ def test_batching_with_padding_gives_the_numbers_of_one_text_at_a_time(family_na
 
 
 def test_rank_counts_strictly_larger_log_probabilities_and_is_clipped(monkeypatch):
-    import privauditor.tasks.scoring as scoring
+    import privauditor.tasks.passes.forward as scoring
 
     # vocabulary of 5; row 1: the token (2) ties the best -> rank 1; row 2: three above it -> rank 4
     rows = torch.tensor([[1.0, 3.0, 3.0, 0.0, 0.0], [2.0, 2.5, 3.0, 0.0, 1.0]])
@@ -128,7 +128,7 @@ def test_rank_counts_strictly_larger_log_probabilities_and_is_clipped(monkeypatc
 
 @pytest.mark.parametrize(("family_name", "technique"), [("llama", "prompt"), ("t5", "lora")])
 def test_reference_kl_is_the_divergence_of_the_two_next_token_distributions(family_name, technique):
-    from privauditor.tasks.scoring import reference_kl
+    from privauditor.tasks.passes.forward import reference_kl
 
     family, tokenizer, model = adapted(family_name, technique)
     _, _, reference = fresh_base(family_name)
@@ -157,7 +157,7 @@ def test_reference_kl_is_the_divergence_of_the_two_next_token_distributions(fami
 
 
 def test_the_two_stage_top_k_finds_the_k_largest_values():
-    import privauditor.tasks.scoring as scoring
+    import privauditor.tasks.passes.forward as scoring
 
     generator = torch.Generator().manual_seed(0)
     rows = torch.randn(6, 10_007, generator=generator)  # 512 blocks of 19 entries and 279 left over

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.models import TRUST_REMOTE_CODE_ENV, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_no_unsafe_loading_in_the_source():
 def test_yaml_numbers_come_from_the_safe_loader_that_builds_no_objects():
     import yaml
 
-    from privauditor.tasks.settings import _loader, load_yaml
+    from privauditor.tasks.infra.strict import _loader, load_yaml
 
     assert issubclass(_loader(), yaml.SafeLoader)
     assert load_yaml("{lr: 3e-4, big: 1E5, text: '3e-4', name: e5, count: 12}") == {

@@ -11,12 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.files import write_table
-from privauditor.tasks.neighbours import cached_neighbours, generate_neighbours
-from privauditor.tasks.signals import TOPK, Signals, TokenStats
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.files import write_table
+from privauditor.tasks.passes.neighbours import cached_neighbours, generate_neighbours
+from privauditor.tasks.passes.scorer import ModelIdentity
+from privauditor.tasks.passes.signal_table import TOPK, Signals, TokenStats
 from privauditor.tasks.views import Cost, View
-from privauditor.tasks.views._base import ModelIdentity, ViewContext, aligned
+from privauditor.tasks.views._base import ViewContext, aligned
 
 from .helpers import EXAMPLES
 
@@ -172,7 +173,7 @@ def test_neighbours_are_generated_once_and_shared(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("regenerated")
 
-    monkeypatch.setattr("privauditor.tasks.neighbours.generate_neighbours", boom)
+    monkeypatch.setattr("privauditor.tasks.passes.neighbours.generate_neighbours", boom)
     assert cached_neighbours(tmp_path, ["a", "b"], TARGETS, 3, 0.2, 0) == found
     with pytest.raises(AssertionError, match="regenerated"):
         cached_neighbours(tmp_path, ["a", "b"], TARGETS, 5, 0.2, 0)  # another k is another entry
@@ -184,13 +185,13 @@ def test_attack_job_reads_signals_without_torch_or_pandas(tmp_path):
     import subprocess
     import sys
 
-    from privauditor.tasks.files import read_table
+    from privauditor.tasks.infra.files import read_table
 
     write_table(sample_signals().to_table(), tmp_path / "signals.parquet")
     assert read_table(tmp_path / "signals.parquet").equals(pq.read_table(tmp_path / "signals.parquet"), True)
     signals = str(tmp_path / "signals.parquet")
     code = (
-        "import sys; from privauditor.tasks.attack_job import AttackJob, attack_job;"
+        "import sys; from privauditor.tasks.cell.attack_job import AttackJob, attack_job;"
         f"scores, metrics = attack_job(AttackJob('loss', {{}}, {signals!r}, {{'signals': {signals!r}}}, 10, 0));"
         "print(len(scores), 'auc' in metrics, 'torch' in sys.modules, 'pandas' in sys.modules)"
     )

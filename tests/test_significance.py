@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from privauditor.tasks.metrics import auc_from_ranks
-from privauditor.tasks.significance import (
+from privauditor.tasks.stats.metrics import auc_from_ranks
+from privauditor.tasks.stats.significance import (
     delong,
     delong_covariance,
     holm,

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from privauditor.tasks.attacks import ATTACKS
-from privauditor.tasks.config import cell_config
 from privauditor.tasks.models import PROFILES, PretrainProfile, active_profile, weights_identity
-from privauditor.tasks.spec import UNKNOWN_HASH, CellSpec
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.spec.resolved import UNKNOWN_HASH, CellSpec
 from privauditor.tasks.views import VIEWS
 
 BASE = {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "finance"}
@@ -87,7 +87,7 @@ def test_a_cell_whose_offline_base_is_not_built_has_no_final_id_yet(tmp_path, mo
 
 @pytest.mark.parametrize("text", ["train.lr=fast", "train.lr=[1]", "train.epochs=2.5"])
 def test_a_value_that_is_not_a_number_is_a_one_line_error(text):
-    from privauditor.tasks.errors import PrivauditorError
+    from privauditor.tasks.infra.errors import PrivauditorError
 
     with pytest.raises(PrivauditorError, match="train.(lr|epochs) must be") as error:
         cell_config(BASE, [text])

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from privauditor.tasks.config import SplitConfig
+from privauditor.tasks.data.splits import PARTS, draw_split
 from privauditor.tasks.datasets import load_dataset
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.splits import PARTS, draw_split
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.spec.config import SplitConfig
 
 
 def sizes(members=50, nonmembers=50, validation=50, population=0, known_members=0):
@@ -78,7 +78,7 @@ def test_draw_is_iid_from_the_pool_not_a_prefix(finance):
     ],
 )
 def test_bad_sizes_are_rejected(finance, bad, match):
-    from privauditor.tasks.settings import build
+    from privauditor.tasks.infra.strict import build
 
     with pytest.raises(PrivauditorError, match=match):
         build(SplitConfig, bad, "split")
@@ -92,7 +92,7 @@ def test_more_records_than_the_dataset_has(finance):
 
 @pytest.mark.parametrize("name", ["finance", "sql", "climate"])
 def test_the_reserved_pool_is_outside_every_split_and_splits_of_its_own(name):
-    from privauditor.tasks.splits import draw_reserved
+    from privauditor.tasks.data.splits import draw_reserved
 
     data = load_dataset(name)
     assert len(data.reserved) == 256 and len(data.examples) == 3000

@@ -13,17 +13,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.tasks.attacks import build_attack
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.data.splits import draw_split
 from privauditor.tasks.datasets import Example, load_dataset
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.scorer import Scorer
-from privauditor.tasks.scoring import mean_nll
-from privauditor.tasks.signals import Signals
-from privauditor.tasks.splits import draw_split
-from privauditor.tasks.training import encode
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.passes.forward import mean_nll
+from privauditor.tasks.passes.scorer import ModelIdentity, Scorer
+from privauditor.tasks.passes.signal_table import Signals
+from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.training.loop import encode
 from privauditor.tasks.views import build_view
-from privauditor.tasks.views._base import ModelIdentity, Recipe, ViewContext
+from privauditor.tasks.views._base import Recipe, ViewContext
 from privauditor.tasks.views.self_prompted import seeded, self_prompted_texts
 
 from .helpers import fresh_base

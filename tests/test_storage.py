@@ -9,8 +9,8 @@ import pytest
 
 from privauditor.orchestrator.report.write import leaderboard
 from privauditor.orchestrator.store.storage import Results
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.files import write_json
+from privauditor.tasks.infra.files import write_json
+from privauditor.tasks.spec.config import cell_config
 
 
 @pytest.fixture

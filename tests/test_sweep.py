@@ -12,8 +12,8 @@ from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.sweepfile.sweep import SWEEPS_DIR, load_sweep, parse_sweep
 from privauditor.tasks.adaptations import ADAPTATIONS
 from privauditor.tasks.attacks import ATTACKS
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.spec.config import cell_config
 
 BASE = {
     "name": "t",

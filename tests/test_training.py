@@ -7,7 +7,7 @@ import torch
 
 from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.datasets import Example
-from privauditor.tasks.training import (
+from privauditor.tasks.training.loop import (
     TrainConfig,
     apply_seeded,
     collate,

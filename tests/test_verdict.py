@@ -10,8 +10,8 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from privauditor.orchestrator.cli import main
-from privauditor.tasks.metrics import auc_from_ranks
-from privauditor.tasks.verdict import attack_tests, conclusion, detectable_auc
+from privauditor.tasks.audit.verdict import attack_tests, conclusion, detectable_auc
+from privauditor.tasks.stats.metrics import auc_from_ranks
 
 from .test_audit import audit_argv
 

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from privauditor.tasks.attacks import ATTACKS, Attack
-from privauditor.tasks.cell import run_cell
-from privauditor.tasks.config import cell_config
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.spec.config import cell_config
 from privauditor.tasks.views import build_view
 
 

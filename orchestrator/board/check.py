@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 from .records import canonical, content_hash, from_results, identity, problems, upgrade
 from .store import Store

@@ -35,8 +35,8 @@ from typing import Any
 
 from privauditor.orchestrator.report import export_files
 from privauditor.orchestrator.report.exports import TIME_FORMAT
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.files import replace_folder, write_json
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.files import replace_folder, write_json
 
 from .check import valid_records
 from .merge import cell_rows, live

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 from .check import valid_records
 from .merge import cell_rows, live, setting_rows

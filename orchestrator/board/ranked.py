@@ -124,8 +124,8 @@ def load_hypothesis(sweep: str) -> tuple[Any, str]:
     """The ``hypothesis`` block of a sweep file (a path, or a shipped sweep's name) and the sweep's name."""
     from privauditor.orchestrator.sweepfile.hypothesis import parse
     from privauditor.orchestrator.sweepfile.sweep import find_sweep
-    from privauditor.tasks.errors import PrivauditorError
-    from privauditor.tasks.settings import read_yaml
+    from privauditor.tasks.infra.errors import PrivauditorError
+    from privauditor.tasks.infra.strict import read_yaml
 
     path = find_sweep(sweep)
     data = read_yaml(path)  # malformed YAML: a one-line error naming the file and line

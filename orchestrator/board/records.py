@@ -26,10 +26,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.cache import stable_hash
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.spec import setting_of
+from privauditor.tasks.infra.cache import stable_hash
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.spec.resolved import setting_of
 
 from ..report.row_schema import columns, record_fields
 
@@ -113,7 +113,7 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
 
 def run_id(results: Any) -> str:
     """The results folder's run id (``privauditor.json``), given to a folder written before run ids."""
-    from privauditor.tasks.files import write_json
+    from privauditor.tasks.infra.files import write_json
 
     marker = results.local / "privauditor.json"
     if not results.fetch("privauditor.json"):
@@ -183,7 +183,7 @@ def _record(run: str, cell: dict[str, Any], checkpoint: dict[str, Any], found: l
 def identity(record: dict[str, Any]) -> tuple:
     """What a correction must share with the record it supersedes: the same cell at the same step (of
     either schema version), up to the settings a fix may change."""
-    from privauditor.tasks.spec import technique_of
+    from privauditor.tasks.spec.resolved import technique_of
 
     technique = technique_of(record["cell_id"], record["adaptation"])
     return (record["model"], technique, record["dataset"], record["seed"], record["step"])

@@ -37,9 +37,9 @@ from privauditor.orchestrator.report.headline import view_of
 from privauditor.orchestrator.report.html import Link, privacy_utility_png, render
 from privauditor.orchestrator.report.leaderboard import write
 from privauditor.orchestrator.report.summary import APART_HEADER, apart, apart_table
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.files import replace_folder
-from privauditor.tasks.spec import slug
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.files import replace_folder
+from privauditor.tasks.spec.resolved import slug
 
 from ..report.row_schema import arrow_schema, setting_columns
 from .check import valid_records

@@ -18,7 +18,7 @@ from privauditor.orchestrator.report import ranking
 from privauditor.orchestrator.report.battery import ALPHA, Battery
 from privauditor.orchestrator.report.headline import auc_text, rank_text, view_of
 from privauditor.orchestrator.report.html import Link, render
-from privauditor.tasks.spec import slug
+from privauditor.tasks.spec.resolved import slug
 
 from .ranked import RANKING_ATTACK, fraction_of
 

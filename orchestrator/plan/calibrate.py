@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.results import ResultsFolder
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.results import ResultsFolder
 
 from .work import SHARED, UNITS, CellWork, cell_work
 
@@ -38,8 +38,8 @@ class Finished:
 def finished_cells(results: str | Path, option: str = "") -> list[Finished]:
     """The finished cells of a results folder, with their timings and their best checkpoints (``option``:
     the command-line option that named the folder, for errors)."""
-    from privauditor.tasks.results import check_results_format
-    from privauditor.tasks.spec import CellSpec
+    from privauditor.tasks.infra.results import check_results_format
+    from privauditor.tasks.spec.resolved import CellSpec
 
     named = f"{option} {results}".strip()
     if not Path(results).is_dir():

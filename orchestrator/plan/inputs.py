@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError, unknown_name_message
-from privauditor.tasks.settings import check, read_yaml
+from privauditor.tasks.infra.errors import PrivauditorError, unknown_name_message
+from privauditor.tasks.infra.strict import check, read_yaml
 
 from .work import UNITS
 

@@ -1,6 +1,6 @@
 """One device's memory for a cell, part by part, at the cell's precision (``train.precision``).
 
-The widths follow the precision's recipe (``tasks/precision.py``):
+The widths follow the precision's recipe (``tasks/infra/precision.py``):
 
 - ``bf16-mixed``: frozen weights in bf16 (2 bytes); every trained parameter in fp32 with an fp32
   gradient and AdamW's two fp32 moments (16 bytes); activations in bf16 under autocast; the logits'
@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError, unknown_name_message
+from privauditor.tasks.infra.errors import PrivauditorError, unknown_name_message
 
 from .costs import activation_bytes, plain_state_bytes, zero_state_bytes
 from .work import CellWork
@@ -57,8 +57,8 @@ class Memory:
 
 def cell_precision(spec: Any) -> str:
     """The precision a resolved cell runs at (a spec without one: ``auto``'s, by its model's dtype)."""
+    from privauditor.tasks.infra.precision import resolve_precision
     from privauditor.tasks.models import resolve_model
-    from privauditor.tasks.precision import resolve_precision
 
     found = getattr(spec.train, "precision", None)
     return found or resolve_precision("auto", resolve_model(spec.model).dtype)

@@ -7,7 +7,7 @@ import argparse
 import math
 from collections import Counter
 
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 from .. import tables
 from .inputs import GIB, load_prices, read_cluster

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 from .costs import Shape
 

@@ -85,12 +85,12 @@ class CellWork:
 def cell_work(
     spec: Any, shape_of: Any, tokens_of: Any, best: int | None = None, best_before_last: float = 1.0
 ) -> CellWork:
-    """The work of a resolved cell (a ``CellSpec``) as its plan (:func:`~privauditor.tasks.cell_plan.plan_cell`)
+    """The work of a resolved cell (a ``CellSpec``) as its plan (:func:`~privauditor.tasks.cell.plan.plan_cell`)
     has it; ``shape_of(model)`` gives a :class:`Shape`, ``tokens_of(dataset, model, max_length)``
     :class:`Tokens`. ``best``: the index of the best checkpoint where it is known (a finished cell's
     record); before the run the costly attacks are counted at the last checkpoint and, with weight
     ``best_before_last``, at the one before."""
-    from privauditor.tasks.cell_plan import plan_cell
+    from privauditor.tasks.cell.plan import plan_cell
     from privauditor.tasks.models import resolve_model
 
     from .shapes import trainable_params

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.files import write_text
+from privauditor.tasks.infra.files import write_text
 
 from .formats import tpr_text
 from .row_schema import access_of, tpr_fields
@@ -194,7 +194,7 @@ def _extraction(record: dict[str, Any]) -> tuple[list[list[str]], str]:
 
 
 def _decoys(inference: dict[str, Any]) -> str:
-    """Where PII inference's decoys came from and its intervals (tasks/pii.py); an audit written before
+    """Where PII inference's decoys came from and its intervals (tasks/leakage/pii.py); an audit written before
     either was stated drew its decoys from every scored record, members' included."""
     interval = inference.get("interval")
     if not interval:

@@ -9,7 +9,7 @@ reported, never ranked.
 
 Paired per-sample reads: techniques of one (block, seed) share their split, so their scores align by
 sample id; :func:`contrast` turns them into a DeLong difference of two groups' mean AUCs with its
-variance (DeLong et al. 1988; :func:`privauditor.tasks.significance.delong_covariance`).
+variance (DeLong et al. 1988; :func:`privauditor.tasks.stats.significance.delong_covariance`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from privauditor.tasks.results import ResultsFolder
+from privauditor.tasks.infra.results import ResultsFolder
 
 CONTROL = "none"
 VIEWS = ("last", "best")
@@ -176,7 +176,7 @@ def aligned(out: Path, picked: list[dict[str, Any]]) -> tuple[np.ndarray, np.nda
 
 def contrast(out: Path, high: list[dict[str, Any]], low: list[dict[str, Any]]) -> tuple[float, float] | None:
     """DeLong difference ``mean AUC(high) - mean AUC(low)`` of rows of one split, and its variance."""
-    from privauditor.tasks.significance import delong_covariance
+    from privauditor.tasks.stats.significance import delong_covariance
 
     found = aligned(out, [*high, *low])
     if found is None:

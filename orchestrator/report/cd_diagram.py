@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from privauditor.tasks.files import atomic_write
+from privauditor.tasks.infra.files import atomic_write
 
 
 def cliques(

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.files import write_text
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.files import write_text
 
 from .exports import eee_path, eee_record, hub_entries, last_checkpoints, model_index, version, yaml_text
 from .model_card import section

@@ -80,8 +80,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.spec import slug
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.spec.resolved import slug
 
 from .summary import final
 

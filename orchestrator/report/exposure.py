@@ -1,9 +1,9 @@
 """``findings.md``'s exposure section and its plot: how far each technique exposes canaries trained r times.
 
 From each cell's last checkpoint with canaries (``exposure`` in its ``extraction.json``;
-privauditor.tasks.canaries): per technique and number of repeats r, the mean exposure (bits) of the
+privauditor.tasks.leakage.canaries): per technique and number of repeats r, the mean exposure (bits) of the
 included canaries over cells, against the null (a canary the model never saw: its exposure averages
-1/ln 2 = 1.44 bits; a mean of n such exposures is Gamma(n), :func:`~privauditor.tasks.canaries.null_sf`).
+1/ln 2 = 1.44 bits; a mean of n such exposures is Gamma(n), :func:`~privauditor.tasks.leakage.canaries.null_sf`).
 A table entry is starred where its one-sided p against that null stays at or below 0.01 after Holm's
 correction over every entry of the table (Holm 1979, ``statsmodels.stats.multitest.multipletests``), so a
 star is a family-wise claim, not one of many 1 % tests. ``exposure.png`` draws exposure against r per
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from privauditor.tasks.canaries import null_quantile, null_sf
-from privauditor.tasks.files import atomic_write
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.spec import technique_of
+from privauditor.tasks.infra.files import atomic_write
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.leakage.canaries import null_quantile, null_sf
+from privauditor.tasks.spec.resolved import technique_of
 
 from .formats import markdown_table
 from .formats import number as _fmt

@@ -2,7 +2,7 @@
 
 Per technique, from each undefended cell's checkpoints (the ``extraction_*`` columns: rates of records
 whose suffix greedy decoding gives back, and whose suffix top-k sampling gives back within n samples
-with probability p; privauditor.tasks.extraction), the members' rate less the non-members': what
+with probability p; privauditor.tasks.leakage.extraction), the members' rate less the non-members': what
 training added to what the base already predicts. At the last checkpoint: the mean over cells with a
 95 % t-interval over cells (scipy); at every epoch: the mean difference. Then how the techniques' order
 by that difference relates to their order by the attack's AUC (Spearman's ρ, scipy).

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from privauditor.orchestrator.sweepfile.hypothesis import of_results
-from privauditor.tasks.results import ResultsFolder
+from privauditor.tasks.infra.results import ResultsFolder
 
 from . import blocks as blk
 from .against import against
@@ -200,7 +200,7 @@ def _equal_epochs(found: dict) -> list[str]:
 
 def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
     """DeLong + Holm over every pair of each (block, seed) group's techniques scored on the same samples."""
-    from privauditor.tasks.significance import paired_comparisons
+    from privauditor.tasks.stats.significance import paired_comparisons
 
     groups, tested, significant = 0, 0, []
     for block in sorted(picked):
@@ -266,7 +266,7 @@ def _across_seeds(picked: dict, view: str) -> list[str]:
     """Per block with two seeds or more: every pair's mean per-seed AUC difference, t-interval, Holm."""
     from statsmodels.stats.multitest import multipletests
 
-    from privauditor.tasks.significance import seed_level_interval
+    from privauditor.tasks.stats.significance import seed_level_interval
 
     body = []
     for block in sorted(picked):
@@ -317,7 +317,7 @@ def _across_seeds(picked: dict, view: str) -> list[str]:
 
 
 def _controls(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
-    from privauditor.tasks.significance import holm_adjusted
+    from privauditor.tasks.stats.significance import holm_adjusted
 
     blind: dict[tuple, dict[str, Any]] = {}
     base: dict[tuple, float] = {}

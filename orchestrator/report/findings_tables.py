@@ -18,8 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.spec import technique_of
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.spec.resolved import technique_of
 
 from .formats import markdown_table
 from .summary import final

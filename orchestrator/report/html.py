@@ -115,7 +115,7 @@ def _address(out: Path, path: Path) -> str:
 
 def _beside(out: Path, path: Path, data: bytes) -> str:
     """``data`` written to ``path`` (atomically), and its address relative to the page in ``out``."""
-    from privauditor.tasks.files import atomic_write
+    from privauditor.tasks.infra.files import atomic_write
 
     atomic_write(path, lambda p: p.write_bytes(data))
     return _address(out, path)

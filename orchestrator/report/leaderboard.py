@@ -11,7 +11,7 @@ cell; null for an audit, whose training is not known). ``utility_loss`` is the c
 Defences: ``defence`` (``none``, ``dp``), ``epsilon`` (the ε a DP checkpoint has spent; null without DP),
 ``epsilon_target`` (the cell's), ``delta``, and the attack's empirical lower bound on ε at that δ,
 ``eps_lower`` (null: nothing bounded), with ``eps_ceiling``, the most its sample size could show
-(:mod:`privauditor.tasks.lower_bound`); ``dp_violation`` is true where the bound exceeds the spent ε: a
+(:mod:`privauditor.tasks.stats.lower_bound`); ``dp_violation`` is true where the bound exceeds the spent ε: a
 bug in DP training or accounting. ``auc_repeated_vs_singleton``: with duplication, how the score ranks
 members trained several times above those trained once.
 
@@ -25,10 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.faults import point
-from privauditor.tasks.files import atomic_write
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.spec import CellSpec
+from privauditor.tasks.infra.faults import point
+from privauditor.tasks.infra.files import atomic_write
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.spec.resolved import CellSpec
 
 from .formats import fraction_text, markdown_table, tpr_text
 from .row_schema import Source, arrow_schema, columns, row

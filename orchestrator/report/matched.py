@@ -83,7 +83,7 @@ def at_level(points: list[dict[str, Any]], level: float, out: Path | None = None
     auc = (1 - w) * before["auc"] + w * after["auc"]
     found = None if out is None else aligned(out, [before, after])
     if found is not None:
-        from privauditor.tasks.significance import delong_covariance
+        from privauditor.tasks.stats.significance import delong_covariance
 
         _, covariance = delong_covariance(*found)
         weights = np.array([1 - w, w])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from privauditor.tasks.files import atomic_write
+from privauditor.tasks.infra.files import atomic_write
 
 MARKERS = "osD^v<>pPhX*"
 
@@ -80,7 +80,7 @@ def privacy_utility_pngs(rows: list[dict], attack: str, folder: Path) -> list[Pa
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from privauditor.tasks.spec import slug
+    from privauditor.tasks.spec.resolved import slug
 
     from .summary import technique
 

@@ -9,7 +9,7 @@ a model-card section to paste, and as Every Eval Ever records, both formats alwa
 for a board, one format or both) and ``published.json``. The same results give the same bytes (no time of
 publishing is written). What never goes out: sample text, sample ids, token ids, per-sample signals or
 scores, neighbour texts, split id lists, adapter weights, W&B run files. The folder is built beside the
-target and renamed into place (:func:`privauditor.tasks.files.replace_folder`), so nobody reads half of it;
+target and renamed into place (:func:`privauditor.tasks.infra.files.replace_folder`), so nobody reads half of it;
 a target that is not an earlier publish folder is refused, not overwritten. ``--wandb-project`` also logs the leaderboard as a W&B table (mode
 from ``WANDB_MODE``, else online).
 """
@@ -21,9 +21,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError
-from privauditor.tasks.files import replace_folder, write_json
-from privauditor.tasks.results import ResultsFolder
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.files import replace_folder, write_json
+from privauditor.tasks.infra.results import ResultsFolder
 
 #: the parts of a cell's ``cell.json`` that are published (``runtime`` names machines; it stays home)
 PROVENANCE_KEYS = (

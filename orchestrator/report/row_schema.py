@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from privauditor.tasks.spec import CellSpec, setting_of
+from privauditor.tasks.spec.resolved import CellSpec, setting_of
 
 KINDS = ("string", "int", "float", "bool")
 
@@ -62,7 +62,7 @@ def trainable_fraction(record: dict[str, Any]) -> float | None:
 
 
 def _tpr_columns() -> list[Column]:
-    """Per low-FPR rate (tasks/metrics.py): its Clopper-Pearson interval, the 95 % upper bound on the true
+    """Per low-FPR rate (tasks/stats/metrics.py): its Clopper-Pearson interval, the 95 % upper bound on the true
     FPR of its threshold, and whether fewer than 10 false positives were expected (``few``); then the TPR
     at 0 false positives, which is how a 0.1 % rate is shown below 10,000 non-members."""
     found = []
@@ -81,8 +81,8 @@ def _tpr_columns() -> list[Column]:
 
 
 def _extraction_columns() -> list[Column]:
-    """Per kind of discoverable extraction (``greedy``, ``sampled``: tasks/extraction.py) and for the PII
-    fields' reconstruction (``pii_reconstructed``, every declared kind together: tasks/pii.py), the
+    """Per kind of discoverable extraction (``greedy``, ``sampled``: tasks/leakage/extraction.py) and for the PII
+    fields' reconstruction (``pii_reconstructed``, every declared kind together: tasks/leakage/pii.py), the
     members' and the non-members' rates and their difference with its interval, from the checkpoint's
     ``extraction`` (None in results that predate it, and in the rows of every attack alike: a cell-level
     figure)."""
@@ -109,7 +109,7 @@ def _extraction_columns() -> list[Column]:
 
 
 def _exposure(s: Source, which: str) -> Any:
-    """From the checkpoint's canary exposures (tasks/canaries.py; None without canaries): ``repeats``, the
+    """From the checkpoint's canary exposures (tasks/leakage/canaries.py; None without canaries): ``repeats``, the
     largest number of times a canary was trained; ``top``, the included canaries' mean exposure (bits) at
     that number; ``once``, at 1."""
     found = (s.checkpoint.get("extraction") or {}).get("exposure")

@@ -11,7 +11,7 @@ SUMMARY_HEADER = ["AUC mean ± std", "std over", "rows"]
 def technique(row: dict[str, Any]) -> str:
     """A row's technique as summaries group it: the adaptation, with its defence if it has one (the cell
     id's technique part, e.g. ``full+dp-e1``), so defended and undefended cells are never pooled."""
-    from privauditor.tasks.spec import technique_of
+    from privauditor.tasks.spec.resolved import technique_of
 
     return (
         row["adaptation"]

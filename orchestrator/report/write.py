@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from privauditor.orchestrator.store.storage import Results
-from privauditor.tasks.files import write_text
+from privauditor.tasks.infra.files import write_text
 
 
 def leaderboard(results: Results, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ def attack_actor() -> Any:
     @ray.remote(num_cpus=0, max_concurrency=8)
     class AttackActor:
         def __init__(self) -> None:
-            import privauditor.tasks.attack_job  # noqa: F401  # the jobs' module: numpy and pyarrow, no torch
+            import privauditor.tasks.cell.attack_job  # noqa: F401  # the jobs' module: numpy and pyarrow, no torch
 
         def run(self, run: Any, job: Any) -> Any:
             return run(job)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.progress import PERIOD, read_folder
+from privauditor.tasks.infra.progress import PERIOD, read_folder
 
 
 def missing(specs: Sequence[Any]) -> dict[tuple[str, str, tuple], str]:
@@ -40,7 +40,7 @@ def _build(kind: str, name: str, params: tuple, progress: str) -> str:
     """A Ray task (1 CPU): build one offline model, with one torch thread, its progress into ``progress``."""
     import torch
 
-    from privauditor.tasks.progress import to_folder
+    from privauditor.tasks.infra.progress import to_folder
 
     torch.set_num_threads(1)
     to_folder(progress)

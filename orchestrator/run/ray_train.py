@@ -2,7 +2,7 @@
 
 Ray's Train-in-Tune pattern (Ray Train V2, the default from Ray 2.5x): the cell's Tune trial is the
 driver, it starts a ``TorchTrainer`` whose workers get their own resources (a placement group beside
-the trial's), runs :func:`privauditor.tasks.distributed.train_worker` on each, and takes rank 0's return
+the trial's), runs :func:`privauditor.tasks.training.distributed.train_worker` on each, and takes rank 0's return
 value (only rank 0 reports, so there is one record and one W&B run per cell). The same launcher serves
 ``privauditor cell`` on a local Ray. Worker-node loss is retried by Ray Train's ``FailureConfig``
 below the trial; a lost trial node is retried by Tune's.
@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 
 
 def _worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     import torch
 
-    from privauditor.tasks.distributed import train_worker
+    from privauditor.tasks.training.distributed import train_worker
 
     torch.set_num_threads(max(1, int(spec["threads"])))
     return train_worker(spec)

@@ -17,8 +17,8 @@ from typing import Any
 from privauditor.orchestrator.report.write import answer_section, leaderboard, write_findings
 from privauditor.orchestrator.store.storage import Results
 from privauditor.orchestrator.sweepfile.sweep import Sweep
-from privauditor.tasks.files import write_text
-from privauditor.tasks.results import ResultsFolder, check_results_dir
+from privauditor.tasks.infra.files import write_text
+from privauditor.tasks.infra.results import ResultsFolder, check_results_dir
 
 
 def pending(specs: list[Any], results: Results) -> list[Any]:

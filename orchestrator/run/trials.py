@@ -8,7 +8,7 @@ Train worker group from its trial (``distributed.py``); its attacks run on the s
 an attack actor (``attack_actor.py``); a view that adapts a model of its own (SPV-MIA's reference) runs as
 a task in a second bundle of the trial's placement group (``view_tasks.py``). Ray's own console output
 (trial tables, worker logs, library warnings) is left out unless ``verbose``: the sweep prints its own
-progress (``progress.py``).
+progress (``console.py``).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def check_placeable(sweep: Any, todo: list[Any], address: str | None) -> None:
         return
     import ray
 
-    from privauditor.tasks.errors import PrivauditorError
+    from privauditor.tasks.infra.errors import PrivauditorError
 
     from .view_tasks import bundles
 
@@ -105,8 +105,8 @@ def _trial(
     from ray import tune
 
     from privauditor.orchestrator.store.storage import Results
-    from privauditor.tasks.cell import CellEnvironment, run_cell
-    from privauditor.tasks.results import checkpoint_results
+    from privauditor.tasks.cell.run import CellEnvironment, run_cell
+    from privauditor.tasks.infra.results import checkpoint_results
 
     from ..report.plots import roc_png
     from .attack_actor import attack_actor, ray_tasks
@@ -158,7 +158,7 @@ def run_trials(
     from ray import tune
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from .progress import Progress, reason, weights
+    from .console import Progress, reason, weights
     from .view_tasks import bundles
 
     # Tune's default loggers add TensorBoardX, whose import costs the driver about 2.5 s before the first

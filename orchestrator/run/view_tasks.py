@@ -5,7 +5,7 @@ reserves a second bundle for it (:func:`bundles`: as many CPUs as its own, half 
 half left to the trial, so the cell asks the cluster for no more GPUs than it says), both on one node
 (``STRICT_PACK``: the task writes into the cell's folder). When the cell audits its last checkpoint, the
 task starts (:func:`view_task`), rebuilds the target from the saved adaptation
-(:func:`privauditor.tasks.view_job.compute_view`) and runs beside the cell's other views. Tune reserves a
+(:func:`privauditor.tasks.cell.view_job.compute_view`) and runs beside the cell's other views. Tune reserves a
 trial's bundles for all of its life, so the second one waits idle while the cell trains: only cells whose
 attacks need it reserve one.
 """
@@ -19,7 +19,7 @@ from typing import Any
 def adapts(cell: Any) -> bool:
     """The cell (a resolved spec) runs an attack with a view that adapts a model of its own (its plan
     says)."""
-    from privauditor.tasks.cell_plan import plan_cell
+    from privauditor.tasks.cell.plan import plan_cell
 
     return plan_cell(cell).adapts
 

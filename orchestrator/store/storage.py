@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.cache import cache_root, stable_hash
-from privauditor.tasks.errors import PrivauditorError, one_line
-from privauditor.tasks.files import atomic_write
-from privauditor.tasks.results import CELLS, ResultsFolder
+from privauditor.tasks.infra.cache import cache_root, stable_hash
+from privauditor.tasks.infra.errors import PrivauditorError, one_line
+from privauditor.tasks.infra.files import atomic_write
+from privauditor.tasks.infra.results import CELLS, ResultsFolder
 
 #: what a leaderboard needs of each finished cell
 SUMMARY_FILES = ("DONE", "cell.json", "metrics.json")
@@ -137,7 +137,7 @@ class Results:
     def check_readable(self) -> None:
         """A one-line error unless this is a results folder (a local one has ``cells/``) of this results
         format; its ``privauditor.json`` is read, never written (a folder without one is left as it is)."""
-        from privauditor.tasks.results import check_results_format
+        from privauditor.tasks.infra.results import check_results_format
 
         if not self.remote and not ResultsFolder(self.local).cells_dir.is_dir():
             raise PrivauditorError(f"{self.uri} is not a results folder (no cells/ inside)")

@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.errors import PrivauditorError, unknown_name_message
-from privauditor.tasks.results import ResultsFolder
-from privauditor.tasks.settings import build, load_yaml, read_yaml
+from privauditor.tasks.infra.errors import PrivauditorError, unknown_name_message
+from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.strict import build, load_yaml, read_yaml
 
 CHECKPOINTS = ("last", "best")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from privauditor.tasks.adaptations import ADAPTATIONS
 from privauditor.tasks.datasets import DATASETS
-from privauditor.tasks.errors import PrivauditorError
+from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.models import resolve_model
 
 

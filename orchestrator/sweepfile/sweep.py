@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import privauditor.sweeps as sweeps_package
-from privauditor.tasks.config import CellConfig, cell_config
-from privauditor.tasks.errors import PrivauditorError, closest, unknown_name_message
-from privauditor.tasks.settings import build, read_yaml, yaml_hint
+from privauditor.tasks.infra.errors import PrivauditorError, closest, unknown_name_message
+from privauditor.tasks.infra.strict import build, read_yaml, yaml_hint
+from privauditor.tasks.spec.config import CellConfig, cell_config
 
 from .hypothesis import Hypothesis, parse
 from .matrix import Dropped, defence_reason, expand

@@ -3,7 +3,7 @@
 One plugin file per technique, registered under its file stem in ``ADAPTATIONS``.
 """
 
-from ..registry import Registry
+from ..infra.registry import Registry
 from ._base import Adaptation
 
 ADAPTATIONS: Registry[type[Adaptation]] = Registry("adaptation", __name__, group="privauditor.adaptations")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 
 WEIGHTS_FILE = "adaptation.safetensors"
 CONFIG_FILE = "adaptation.json"

@@ -25,7 +25,7 @@ import dataclasses
 from collections import OrderedDict, defaultdict
 from typing import Any, ClassVar
 
-from ..errors import PrivauditorError, unknown_name_message
+from ..infra.errors import PrivauditorError, unknown_name_message
 from ._base import Adaptation, freeze, modules_matching
 
 NON_LINEARITIES = ("tanh", "relu", "gelu")

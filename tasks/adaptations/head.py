@@ -10,7 +10,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import ADAPTATIONS
 from ._base import Adaptation, freeze
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import ADAPTATIONS
 from ._base import Adaptation, freeze
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import ADAPTATIONS
 from ._peft import PeftAdaptation, task_type
 

@@ -5,7 +5,7 @@ a pure function from those views to one score per scored sample, higher = more l
 Hyper-parameters are dataclass fields.
 """
 
-from ..registry import Registry
+from ..infra.registry import Registry
 from ._base import Attack
 
 ATTACKS: Registry[type[Attack]] = Registry("attack", __name__, group="privauditor.attacks")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 
 if TYPE_CHECKING:
     from ..views import Cost, View
@@ -46,7 +46,7 @@ class Attack:
     #: an attack too costly for more than one (one that adapts a model of its own, as SPV-MIA does).
     checkpoints: ClassVar[str] = "any"
     #: Where the attack may abstain (score NaN for a text it has nothing to say about), what it lacks
-    #: there; "" for an attack that scores every text (:func:`~privauditor.tasks.attack_job.attack_job`).
+    #: there; "" for an attack that scores every text (:func:`~privauditor.tasks.cell.attack_job.attack_job`).
     abstains: ClassVar[str] = ""
 
     def __post_init__(self) -> None:

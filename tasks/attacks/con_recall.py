@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import ATTACKS
 from ._base import Attack
 from .recall import ratio
@@ -80,7 +80,7 @@ class ConRecallAttack(Attack):
 
 def choose_gamma(non_members, members) -> float:
     """The grid's γ of highest AUC on the held-out texts (the larger on a tie)."""
-    from ..metrics import auc_from_ranks
+    from ..stats.metrics import auc_from_ranks
 
     if non_members.member.all() or not non_members.member.any():
         raise PrivauditorError("attack 'con_recall': its held-out texts need members and non-members both")

@@ -27,7 +27,7 @@ the prediction of the text's second token); here the scored positions are the ta
 the prompt, each with a context, and all of them count; (2) the error zone is "rank > 1" (a token tied
 with the best counts as predicted), where ``argmax`` picks the first of tied tokens; (3) their
 evaluation interpolates TPR on the ROC curve (``mia/metrics.py`` lines 7-12, ``np.interp``);
-privauditor's metrics do not (LiRA's rule, :mod:`privauditor.tasks.metrics`), so compare with their
+privauditor's metrics do not (LiRA's rule, :mod:`privauditor.tasks.stats.metrics`), so compare with their
 paper's TPRs knowing that.
 """
 
@@ -38,7 +38,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import ATTACKS
 from ._base import Attack
 from .reference import ReferenceAttack

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import ATTACKS
 from ._base import Attack
 
@@ -91,7 +91,7 @@ class RmiaAttack(Attack):
     def choose_a(self, members: tuple, population: tuple) -> float:
         """The grid's ``a`` of highest AUC of held-out ``members`` against the ``population`` (each
         population text scored against the others), the first of equal AUCs."""
-        from ..metrics import auc_from_ranks
+        from ..stats.metrics import auc_from_ranks
 
         labels = np.r_[np.ones(len(members[0]), bool), np.zeros(len(population[0]), bool)]
         best, best_auc = GRID[0], -1.0

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError, unknown_name_message
-from ..registry import Registry
+from ..infra.errors import DataError, unknown_name_message
+from ..infra.registry import Registry
 from ._base import MAX_RECORD_CHARS, DatasetPlugin, Example, LoadReport, build_examples, content_hash
 from ._sources import FILE_SUFFIXES, read_file, read_hub
 
@@ -89,7 +89,7 @@ def load_dataset(
     """Load and render a dataset by plugin name, real dataset id or local path (see module doc).
 
     ``seed`` and ``size`` apply to offline generation only (the records, not the split: splits are
-    drawn by :mod:`privauditor.tasks.splits`). An offline dataset also generates its plugin's
+    drawn by :mod:`privauditor.tasks.data.splits`). An offline dataset also generates its plugin's
     ``reserved_size`` records after the ``size``: its ``reserved`` pool, outside ``examples`` and so outside
     every split.
     """

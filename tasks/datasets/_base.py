@@ -87,7 +87,7 @@ class DatasetPlugin:
     #: Records the offline generator makes by default.
     #: The PII fields its records hold: kind -> a regular expression over the rendered target whose first
     #: group (or whole match) is the value; ``{person}`` and ``{company}`` stand for Faker's en_US names
-    #: (privauditor.tasks.pii)
+    #: (privauditor.tasks.leakage.pii)
     pii: ClassVar[Mapping[str, str]] = {}
     offline_size: ClassVar[int] = 3000
     #: Records it makes after those for the reserved pool, which no split draws from: learning rates are
@@ -130,7 +130,7 @@ def plain_turns(turns: Iterable[tuple[str, str]]) -> str:
 def chat_fields(messages: Any) -> dict[str, str]:
     """A chat record (``messages``: ``{role, content}`` turns) as ``prompt`` + ``target`` in plain
     ``role: content`` lines, the last assistant turn the target (a model's chat template renders it
-    in an audit: ``privauditor.tasks.chat``). Raises ValueError naming what is wrong."""
+    in an audit: ``privauditor.tasks.data.chat``). Raises ValueError naming what is wrong."""
     if not isinstance(messages, list) or not all(
         isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
         for m in messages

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+from ..infra.errors import DataError
 from ._base import BadRow
 
 FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt")

@@ -9,8 +9,8 @@ cell id and what it adds to a cell's cost. Other installed packages add defences
 
 from __future__ import annotations
 
-from ..errors import PrivauditorError, unknown_name_message
-from ..registry import Registry
+from ..infra.errors import PrivauditorError, unknown_name_message
+from ..infra.registry import Registry
 from ._base import Defence, Guard, TrainingRun, default_delta
 
 DEFENCES: Registry[type[Defence]] = Registry("defence", __name__, group="privauditor.defences")

@@ -29,7 +29,7 @@ class TrainingRun:
 @dataclass
 class Guard:
     """A defence's hooks for one training run. ``loop``: fields of
-    :class:`~privauditor.tasks.training.Loop` it sets (``make_step``, ``sampler``); ``record(steps)``: the
+    :class:`~privauditor.tasks.training.loop.Loop` it sets (``make_step``, ``sampler``); ``record(steps)``: the
     ``defence`` block of ``cell.json`` after that many steps (its ``name`` added); ``spent(step)``: the ε
     spent by a step (None for a defence that claims no ε): each checkpoint records it, and an attack
     whose empirical lower bound exceeds it is a violation."""
@@ -53,7 +53,7 @@ class Defence:
     def resolve(self, params: dict[str, Any] | None, trained: int) -> dict[str, Any]:
         """``defence_params.<name>`` with every default filled in (``trained``: records the run trains
         on, for defaults that depend on them), and the version: what the cell id hashes."""
-        from ..settings import build
+        from ..infra.strict import build
 
         settings = build(self.settings, params, f"defence_params.{self.name}")
         return dataclasses.asdict(settings) | {"version": self.version}

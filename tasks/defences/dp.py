@@ -5,7 +5,7 @@ weights were pre-trained without the private records):
 
 - each step draws a Poisson sample of the training records, each with probability
   q = ``train.batch_size`` / records, for ceil(records / batch size) steps per epoch;
-- every sampled record's gradient comes from :func:`privauditor.tasks.gradients.per_sample_gradients`
+- every sampled record's gradient comes from :func:`privauditor.tasks.passes.gradients.per_sample_gradients`
   (the GradNorm view's module; it reaches every family's and technique's trainable tensors, prompt
   encoders and prefixes included) and is handed to opacus's ``DPOptimizer`` as ``grad_sample``;
 - the ``DPOptimizer`` clips each record's gradient to ``max_grad_norm``, sums them, adds Gaussian noise
@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import DEFENCES
 from ._base import Defence, Guard, TrainingRun, default_delta
 
@@ -76,7 +76,7 @@ class DPDefence(Defence):
 
     def resolve(self, params: dict[str, Any] | None, trained: int) -> dict[str, Any]:
         """``defence_params.dp`` with every default filled in, δ included."""
-        from ..settings import build
+        from ..infra.strict import build
 
         settings = build(DPSettings, params, "defence_params.dp")
         delta = default_delta(trained) if settings.delta is None else settings.delta
@@ -173,7 +173,7 @@ def _to_epsilon(rdp: float, alpha: int, delta: float) -> float:
 
 @dataclass(frozen=True)
 class Privacy:
-    """One DP run's calibration: what :func:`privauditor.tasks.training.train` needs and ``cell.json``
+    """One DP run's calibration: what :func:`privauditor.tasks.training.loop.train` needs and ``cell.json``
     records."""
 
     epsilon: float
@@ -221,7 +221,7 @@ class Privacy:
         return batches
 
     def make_step(self, sigma: float, seq2seq: bool) -> Any:
-        """A ``make_step`` for :func:`~privauditor.tasks.training.train` (see :class:`DPStep`)."""
+        """A ``make_step`` for :func:`~privauditor.tasks.training.loop.train` (see :class:`DPStep`)."""
 
         def make(model: Any, parameters: list[Any], lr: float, warmup: int) -> DPStep:
             return DPStep(model, parameters, lr, warmup, self, sigma, seq2seq)
@@ -249,7 +249,7 @@ class Privacy:
 
 class DPStep:
     """One DP-SGD step: per-record gradients of the Poisson batch, opacus's clipping, noise and scaling,
-    then AdamW (warm-up then a constant rate, as :class:`~privauditor.tasks.training.LocalStep`)."""
+    then AdamW (warm-up then a constant rate, as :class:`~privauditor.tasks.training.loop.LocalStep`)."""
 
     def __init__(
         self,
@@ -264,7 +264,7 @@ class DPStep:
         import torch
         from opacus.optimizers import DPOptimizer
 
-        from ..training import warmup_then_constant
+        from ..training.loop import warmup_then_constant
 
         self.model, self.seq2seq = model, seq2seq
         names = {id(p): n for n, p in model.named_parameters()}
@@ -279,7 +279,7 @@ class DPStep:
 
     def grad_samples(self, batch: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """Per record of ``batch``: each trainable tensor's gradient, and the record's loss."""
-        from ..gradients import per_sample_gradients, target_nll
+        from ..passes.gradients import per_sample_gradients, target_nll
 
         losses = []
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import PrivauditorError, UnknownNameError, one_line, unknown_name_message
+from ..infra.errors import PrivauditorError, UnknownNameError, one_line, unknown_name_message
 from ._spec import (
     FAMILIES,
     MODELS,
@@ -191,7 +191,7 @@ _FOUND: dict[tuple, Path] = {}
 def _located(what: tuple, profile: PretrainProfile | None, look: Any) -> Path | None:
     """An offline artefact's cache folder, remembered once found (finding it reads the corpus and the
     tokenizer to rebuild its exact key: resolving a sweep's cells asks hundreds of times)."""
-    from ..cache import cache_root
+    from ..infra.cache import cache_root
 
     profile = profile or active_profile()
     key = (*what, profile, str(cache_root()))
@@ -247,7 +247,7 @@ def load_model(
 ) -> LoadedModel:
     """Load tokenizer and weights for a model name or spec, in eval mode on ``device`` (default: the
     GPU when this process has one, as a Ray trial given a GPU does, else the CPU), stored in the loaded
-    dtype, or as ``precision`` says (tasks/precision.py: frozen weights bf16 under ``bf16-mixed``)."""
+    dtype, or as ``precision`` says (tasks/infra/precision.py: frozen weights bf16 under ``bf16-mixed``)."""
     import torch
 
     if not torch.cuda.is_available():  # accelerate imports DeepSpeed when installed, which then announces
@@ -278,7 +278,7 @@ def load_model(
     if tokenizer.pad_token_id is None:  # LLaMA / GPT-J / GPT-2 checkpoints ship without a pad token
         tokenizer.pad_token = tokenizer.eos_token
     if precision is not None:
-        from ..precision import to_precision
+        from ..infra.precision import to_precision
 
         to_precision(weights, precision)
     weights.to(device).eval()

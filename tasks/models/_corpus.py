@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cache import cached_dir
+from ..infra.cache import cached_dir
 
 # Bump when the extraction below changes what text ends up in the corpus.
 CORPUS_FORMAT = 1

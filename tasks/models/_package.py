@@ -21,8 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cache import cached_dir
-from ..errors import PrivauditorError, one_line
+from ..infra.cache import cached_dir
+from ..infra.errors import PrivauditorError, one_line
 from ._weights import checkpoint_identity
 
 #: bump when the conversion changes what lands in the cache

@@ -135,7 +135,7 @@ def pretrain(
     model, tokenizer, train_texts, held_out_texts, objective: str, profile: PretrainProfile, label: str
 ) -> dict:
     """Train ``model`` in place; return held-out loss, unigram baseline, timings and the loss curve."""
-    from ..progress import Progress
+    from ..infra.progress import Progress
 
     vocab_size = model.config.vocab_size
     train = token_stream(train_texts, tokenizer)

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..registry import Registry
+from ..infra.registry import Registry
 from ._package import Packaged
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ PROFILES = {
 
 def active_profile(name: str | None = None) -> PretrainProfile:
     """The named profile, else ``$PRIVAUDITOR_PRETRAIN_PROFILE``, else ``default``."""
-    from ..errors import PrivauditorError, unknown_name_message
+    from ..infra.errors import PrivauditorError, unknown_name_message
 
     name = name or os.environ.get(PROFILE_ENV) or "default"
     if name not in PROFILES:

@@ -12,7 +12,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from ..cache import cached_dir
+from ..infra.cache import cached_dir
 from ._corpus import load_corpus
 from ._spec import FAMILIES, MASK_RATE, PretrainProfile, TinyArchitecture, active_profile
 from ._tokenizer import SPECIAL_TOKENS, VOCAB_SIZE, tokenizer_dir

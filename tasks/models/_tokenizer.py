@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cache import cached_dir
+from ..infra.cache import cached_dir
 from ._corpus import Corpus
 
 TOKENIZER_FORMAT = 1

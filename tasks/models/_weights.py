@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 
 #: weight files whose bytes identify a checkpoint
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")

@@ -8,7 +8,7 @@ the cell computes each distinct view once, so two attacks asking for the same vi
 asking with other parameters each get their own.
 """
 
-from ..registry import Registry
+from ..infra.registry import Registry
 from ._base import Cost, View
 
 VIEWS: Registry[type[View]] = Registry("view", __name__, group="privauditor.views")

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..cache import file_lock, stable_hash
-from ..errors import PrivauditorError
+from ..infra.cache import file_lock, stable_hash
+from ..infra.errors import PrivauditorError
+from ..passes.scorer import ModelIdentity
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -115,17 +116,6 @@ class View:
     def read(self, table: pa.Table) -> Any:
         """What an attack gets from the stored table (rows in the scored samples' order)."""
         raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class ModelIdentity:
-    """What a model's outputs depend on besides the texts: a view key's model part."""
-
-    name: str
-    weights: str | None  # the base's weights identity (sha256 of the bytes, or a hub revision)
-    adaptation: str  # content hash of the adaptation; "none" for an un-adapted model
-    tokenizer: str
-    dtype: str
 
 
 @dataclass(frozen=True)
@@ -260,13 +250,13 @@ class ViewContext:
 
     def get(self, view: View) -> Any:
         """What ``view`` holds, as its ``read`` gives it (for views built on other views)."""
-        from ..files import read_table
+        from ..infra.files import read_table
 
         return view.read(read_table(self.file(view)))
 
 
 def _store(table: pa.Table, key: dict[str, Any], path: Path) -> None:
-    from ..files import write_table
+    from ..infra.files import write_table
 
     metadata = (table.schema.metadata or {}) | {KEY_METADATA: json.dumps(key, sort_keys=True, default=str)}
     write_table(table.replace_schema_metadata(metadata), path)

@@ -12,7 +12,7 @@ labels; only the classifier sees labels, fold by fold.
 Pooled out-of-fold AUCs lie *below* 0.5 under the null (each held-out fold's class balance is the
 mirror of its training folds'), so the split is not judged by AUC > 0.5: ``permutations`` label
 permutations, each cross-validated the same way, give the null distribution, and the add-one
-permutation p-value (:func:`~privauditor.tasks.significance.permutation_p_value`) is stored with the
+permutation p-value (:func:`~privauditor.tasks.stats.significance.permutation_p_value`) is stored with the
 scores (the table's metadata, key ``privauditor.blind``). It reads only texts and labels, so it is
 computed once per split and shared by every cell.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import VIEWS
 from ._base import Cost, View
 
@@ -111,8 +111,8 @@ def shift_test(
     """Out-of-fold ``scores`` of every text, and the label-permutation test of the out-of-fold AUC on at
     most :data:`TESTED` texts a side (all of them when both sides are that small): ``auc``, ``p_value``,
     ``null_auc_mean``, ``permutations`` and ``tested``."""
-    from ..metrics import auc_from_ranks
-    from ..significance import permutation_p_value
+    from ..stats.metrics import auc_from_ranks
+    from ..stats.significance import permutation_p_value
 
     member = np.asarray(member, dtype=bool)
     x = features(texts)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import VIEWS, build_view
 from ._base import Cost, View
 
@@ -91,7 +91,7 @@ class ConditionedView(View):
         import numpy as np
         import pyarrow as pa
 
-        from ..adapted import virtual_tokens
+        from ..passes.adapted import virtual_tokens
 
         examples, plain = self._texts(context)  # plain: the unconditioned signals, whose positions to keep
         target = context.scorer("target")

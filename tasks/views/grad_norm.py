@@ -2,7 +2,7 @@
 
 The gradient of each text's mean target NLL with respect to the parameters the adaptation trains (all
 parameters for ``none`` and ``full``), as one flat vector, reduced to its ``norm``-norm. Per-sample
-gradients come batched from :mod:`privauditor.tasks.gradients` (one forward and one backward pass per
+gradients come batched from :mod:`privauditor.tasks.passes.gradients` (one forward and one backward pass per
 batch), in eval mode.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import VIEWS
 from ._base import Cost, View
 
@@ -36,7 +36,7 @@ class GradNormView(View):
     def compute(self, context):
         import pyarrow as pa
 
-        from ..gradients import gradient_norms
+        from ..passes.gradients import gradient_norms
 
         target = context.scorer("target")
         examples = context.examples()

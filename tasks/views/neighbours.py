@@ -4,7 +4,7 @@ Neighbours (Mattern et al. 2023, https://arxiv.org/abs/2305.18462) are near-copi
 text (as the target's tokenizer scored it) made by the offline tiny masked LM's substitutions of a
 ``mask_fraction`` of its tokens; they depend only on the texts, ``k``, ``mask_fraction``, the masked LM
 and the seed, so they are generated once per split and shared by every cell
-(:mod:`privauditor.tasks.neighbours`). Each neighbour is then scored after the record's prompt, as the
+(:mod:`privauditor.tasks.passes.neighbours`). Each neighbour is then scored after the record's prompt, as the
 text itself is.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import VIEWS, build_view
 from ._base import Cost, View
 
@@ -68,7 +68,7 @@ def neighbour_examples(context, k: int, mask_fraction: float):
     """The scored examples and their ``k`` neighbours each (``<sample id>#<j>``, after the record's prompt,
     in the scored order): made once per split and cached under ``shared/neighbours/``."""
     from ..datasets import Example
-    from ..neighbours import cached_neighbours
+    from ..passes.neighbours import cached_neighbours
 
     signals = context.get(build_view("signals"))
     scored = context.scorer("target").tokenizer.batch_decode([t.tolist() for t in signals.token_ids])

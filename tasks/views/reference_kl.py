@@ -2,7 +2,7 @@
 models' next-token distributions (InfoRMIA's token-level calibration reads it).
 
 It needs both models' whole next-token distributions at the same positions, which no per-model store
-holds, so it runs both models on every scored text (:func:`privauditor.tasks.scoring.reference_kl`: two
+holds, so it runs both models on every scored text (:func:`privauditor.tasks.passes.forward.reference_kl`: two
 passes, neither shared, the logits projected a chunk at a time). The two must share the vocabulary.
 """
 
@@ -32,7 +32,7 @@ class ReferenceKlView(View):
     def compute(self, context):
         import pyarrow as pa
 
-        from ..scoring import reference_kl
+        from ..passes.forward import reference_kl
 
         target, reference = context.scorer("target"), context.scorer("reference")
         examples = context.examples()

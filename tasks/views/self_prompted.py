@@ -20,7 +20,7 @@ The reference is made as the paper's code makes it (tsinghua-fib-lab/NeurIPS2024
    epochs: 2, the code's LoRA setting for its reference, whatever the target had. It trains with the
    plain loop on the target's device, also where the target trained under DeepSpeed (a base too large to
    adapt on one device does not fit there): in a sweep in a Ray task of its own, from the target rebuilt
-   from its saved adapter (:mod:`privauditor.tasks.view_job`), else in the cell's process.
+   from its saved adapter (:mod:`privauditor.tasks.cell.view_job`), else in the cell's process.
    A technique that trains nothing (``none``) leaves the base itself as the reference: nothing is sampled.
 3. Every scored text and its ``k`` masked-LM neighbours (the ``neighbours`` view's texts, made and cached
    exactly as that view makes them, so they are shared with it at the same ``k``, ``mask_fraction`` and
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import VIEWS
 from ._base import Cost, View
 
@@ -104,7 +104,7 @@ class SelfPromptedView(View):
         import pyarrow as pa
 
         from ..adaptations import build_adaptation
-        from ..scoring import mean_nll, score_examples
+        from ..passes.forward import mean_nll, score_examples
         from .neighbours import neighbour_examples
 
         recipe = context.recipe
@@ -173,13 +173,13 @@ def self_prompted_texts(
     """One text per population record, in their order and with their ids and prompts, written by ``target``:
     the first ``prompt_tokens`` tokens of the record's target (fewer where the target is shorter, so at
     least one token is sampled) continued by sampling to the target's length (see the module docstring).
-    ``target``: the model with its ``tokenizer`` and ``seq2seq`` flag (a :class:`~privauditor.tasks.scorer.Scorer`)."""
+    ``target``: the model with its ``tokenizer`` and ``seq2seq`` flag (a :class:`~privauditor.tasks.passes.scorer.Scorer`)."""
     import torch
 
     from ..datasets import Example
-    from ..deadline import check
-    from ..precision import autocast
-    from ..training import encode
+    from ..infra.deadline import check
+    from ..infra.precision import autocast
+    from ..training.loop import encode
 
     model, tokenizer, seq2seq = target.model, target.tokenizer, target.seq2seq
 
@@ -231,13 +231,13 @@ def adapted_reference(
     """A fresh copy of the recipe's base (on the device of the model ``like``) adapted on ``texts`` by the
     recipe's technique for ``epochs`` epochs: the loaded model, its ``model`` the adapted one, in eval mode."""
     from ..adaptations import build_adaptation
+    from ..infra.precision import precision_of, to_precision
     from ..models import load_model
-    from ..precision import precision_of, to_precision
-    from ..training import TrainConfig, apply_seeded, train
+    from ..training.loop import TrainConfig, apply_seeded, train
 
     loaded = load_model(recipe.model, device=str(next(like.parameters()).device))
     technique = build_adaptation(recipe.adaptation, recipe.adaptation_params)
-    # at the target's precision (tasks/precision.py), as the target was trained
+    # at the target's precision (tasks/infra/precision.py), as the target was trained
     adapted = apply_seeded(technique, loaded.model, loaded.family, seed=seed)
     loaded.model = to_precision(adapted, precision_of(like))
     if texts:

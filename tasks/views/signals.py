@@ -2,7 +2,7 @@
 
 Per scored text: ``token_ids``, ``logp`` (log p of each target token), ``mu`` / ``sigma`` (mean and
 standard deviation of log p over the vocabulary under p) and ``zlib_bytes`` (the design's
-``signals.parquet`` columns; :mod:`privauditor.tasks.scoring` computes them, one batched forward pass per
+``signals.parquet`` columns; :mod:`privauditor.tasks.passes.forward` computes them, one batched forward pass per
 text). ``model`` picks the target (the model under attack) or the reference model (by default the
 un-adapted base, whose signals every adaptation of a split shares); ``part`` picks the texts: the scored
 members and non-members, or the ``population`` / ``known_members`` parts for attacks that compare with
@@ -48,6 +48,6 @@ class SignalsView(View):
         return signals.to_table()
 
     def read(self, table):
-        from ..signals import Signals
+        from ..passes.signal_table import Signals
 
         return Signals.from_table(table)

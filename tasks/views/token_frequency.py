@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import VIEWS, build_view
 from ._base import Cost, View
 
@@ -81,7 +81,7 @@ def corpus_counts(view: TokenFrequencyView, tokenizer, tokenizer_identity: str):
     once per (corpus content, tokenizer) in the artefact cache."""
     import numpy as np
 
-    from ..cache import cached_dir
+    from ..infra.cache import cached_dir
 
     vocabulary = len(tokenizer)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import PrivauditorError
+from ..infra.errors import PrivauditorError
 from . import VIEWS
 from ._base import Cost, View, aligned
 

@@ -1,0 +1,238 @@
+"""Audit a model someone already adapted: their members and non-members, every attack, the cell's outputs.
+
+The model is a Hugging Face id or a local checkpoint directory (a full fine-tune), optionally with an
+adapter directory on top: a standard peft adapter (``adapter_config.json``) or one saved by a privauditor
+cell (``adaptation.json``). The reference model for the ``reference`` attack is ``--reference`` or, with
+an adapter, the adapter's base; a full checkpoint without ``--reference`` skips that attack with a note.
+Members and non-members are files the dataset loader reads (JSONL / CSV / Parquet with a ``text`` column
+or ``prompt`` + ``target``, optional ``id``; ``.txt`` one record per line), checked before anything is
+built or loaded (overlap, too few records, near-duplicates: ``audit_inputs.py``). Outputs follow the cell
+contract under ``OUT/cells/<audit id>/``, so ``privauditor report OUT`` includes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..cell.plan import Facts, skipped_attacks
+from ..cell.run import check_context
+from ..data.chat import render, template_of
+from ..datasets import content_hash
+from ..infra.cache import stable_hash
+from ..infra.errors import PrivauditorError
+from ..infra.precision import resolve_precision, to_precision
+from ..infra.provenance import directory_hash, versions
+from ..infra.results import CellFolder, CellOutcome, cell_record, check_results_dir, checkpoint_record
+from ..passes.adapted import load_adapted, virtual_tokens
+from ..spec.config import DEFAULT_ATTACKS, CellConfig
+from ..spec.resolved import precision_setting, resolve, slug
+from .inputs import check_inputs, read_records
+
+#: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which
+#: tells a shift between the files from leakage (``verdict.py``)
+AUDIT_ATTACKS = (*DEFAULT_ATTACKS, "blind")
+#: what ``--set`` may change in an audit (it trains nothing and draws no split)
+SETTABLE = ("attacks", "attack_params", "score", "seed", "train.max_length", "train.precision")
+
+
+def audit_config(model: str, members: str, assignments: list[str]) -> CellConfig:
+    """The audit's settings: ``assignments`` may set only what an audit reads (:data:`SETTABLE`)."""
+    from ..spec.config import cell_config, parse_assignment
+
+    for text in assignments:
+        key = ".".join(parse_assignment(text)[0])
+        if not any(key == k or key.startswith(k + ".") for k in SETTABLE):
+            raise PrivauditorError(
+                f"--set {key}: an audit does not read it (it trains nothing and draws no split); it reads "
+                "attacks, attack_params.*, score.*, seed, train.max_length, train.precision"
+            )
+    settings = {"model": model, "adaptation": "none", "dataset": members, "attacks": list(AUDIT_ATTACKS)}
+    return cell_config(settings, assignments)
+
+
+def file_identity(path: str, records: int) -> dict[str, Any]:
+    """A file as a report may name it: sha256 of its bytes, its size and the records read from it."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "bytes": Path(path).stat().st_size, "records": records}
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """How the audited model is obtained and read (``privauditor audit``'s options beyond the files)."""
+
+    adapter: str | None = None  # a peft adapter directory, or a cell's adapter/
+    reference: str | None = None  # the reference attack's model (default: the adapter's base)
+    revision: str | None = None  # a hub id's branch, tag or commit
+    dtype: str | None = None  # the weights as loaded (default float32)
+    chat_scored: str = "assistant"  # chat records: the last assistant turn, or "all"
+    text_column: str | None = (
+        None  # the files' column holding each record's text (else text, prompt + target, ...)
+    )
+    pii: tuple[tuple[str, str], ...] = ()  # (kind, regular expression) of the PII fields to look for
+
+
+def run_audit(
+    model: str,
+    members: str,
+    nonmembers: str,
+    out: Path,
+    config: CellConfig | None = None,
+    options: AuditOptions | None = None,
+) -> CellOutcome:
+    """Score, attack and measure ``model`` (+ ``options.adapter``) on the given members and non-members."""
+    from ..cell.evaluate import Evaluate, evaluate
+    from ..models import resolve_model, weights_identity
+    from ..passes.scorer import Scorer, identity_of
+    from ..training.loop import validation_loss
+    from ..training.receipts import audit_receipts
+
+    config = config or CellConfig(model=model, adaptation="none", dataset=members)
+    options = options or AuditOptions()
+    parts, chats, warnings = _read_parts(members, nonmembers, config, options)
+    texts = content_hash([*parts["members"], *parts["nonmembers"]])
+    # identities (may build what the attacks need, so after the checks); the data is the files' records
+    spec = resolve(config, data=f"sha256:{texts}")
+    adapter_hash = directory_hash(Path(options.adapter)) if options.adapter else "none"
+    model_spec = resolve_model(model, options.revision, options.dtype)
+    # the precision by the weights as loaded (--dtype included), as a cell's (tasks/infra/precision.py)
+    precision = resolve_precision(precision_setting(config.train), model_spec.dtype)
+    spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, precision=precision))
+    audit_id = _audit_id(model, spec, adapter_hash, texts, options, bool(chats))
+    out = Path(out)
+    folder = CellFolder(out, audit_id)
+    if folder.done:
+        return folder.outcome(skipped=True, warnings=tuple(warnings))
+    check_results_dir(out)  # before any weights load
+    loaded, technique, trainable = load_adapted(model_spec, options.adapter)
+    to_precision(loaded.model, precision)
+    max_length = spec.train.max_length
+    check_context(max_length, virtual_tokens(loaded.model), loaded, model)
+    if chats:  # rendered with the model's own chat template now that its tokenizer is loaded
+        parts = {k: [render(e.sample_id, chats[e.sample_id], loaded.tokenizer, options.chat_scored) for e in v]
+                 for k, v in parts.items()}  # fmt: skip
+    receipts = audit_receipts(parts, loaded.tokenizer, max_length, loaded.seq2seq, loaded.model)
+    cell_dir = folder.start()
+    weights = weights_identity(model_spec)
+    identity = identity_of(loaded.model, loaded.tokenizer, loaded.spec.name, weights, adapter_hash)
+    target = Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, identity)
+    base_name = options.reference or (model if options.adapter else None)
+    ref = _reference(base_name, model, model_spec, weights, precision)
+    started = time.perf_counter()
+    # an audit's plan: one model, no trajectory, no recipe, a reference only where one is given
+    skipped = skipped_attacks(spec.attacks, Facts(reference=ref is not None, recipe=False))
+    how = Evaluate(
+        out_dir=cell_dir, shared=out / "shared", max_length=max_length, reference=ref,
+        batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
+        pii=dict(options.pii), pii_candidates=spec.score.pii_candidates, skipped=skipped,
+    )  # fmt: skip
+    found = evaluate(target, parts, spec.attacks, how)
+    # its utility: the mean NLL on the non-members (held-out text)
+    utility = validation_loss(loaded.model, loaded.tokenizer, parts["nonmembers"], max_length, loaded.seq2seq)
+    checkpoint = checkpoint_record(  # one, of unknown training epoch
+        epoch=None, step=None, best=None, path=".", utility_loss=utility, adaptation_hash=adapter_hash,
+        attacks=[a.name for a in spec.attacks], views=found.views, extraction=found.extraction,
+    )  # fmt: skip
+    record = cell_record(
+        cell_id=audit_id,
+        config=spec.to_dict() | {"model": model, "adaptation": technique, "dataset": Path(members).name},
+        provenance={"adaptation_hash": adapter_hash, "texts": texts},
+        checkpoints=[checkpoint],
+        trainable_params=trainable,
+        total_params=sum(p.numel() for p in loaded.model.parameters()),
+        train={"seconds": 0.0},
+        n_members=len(parts["members"]),
+        n_nonmembers=len(parts["nonmembers"]),
+        timings={"total": round(time.perf_counter() - started, 3)},
+        audit=_about(
+            model, model_spec, base_name, members, nonmembers, parts, warnings, options, loaded, chats
+        ),
+        loss_receipts=receipts,  # the members' coverage by a training loss at this max_length
+        versions=versions(),
+    )
+    folder.finish(record)
+    return folder.outcome(skipped=False, warnings=tuple(warnings))
+
+
+def _read_parts(
+    members: str, nonmembers: str, config: CellConfig, options: AuditOptions
+) -> tuple[dict[str, list[Any]], dict[str, Any], list[str]]:
+    """The two files' records (chat records kept apart, to render once a tokenizer is loaded) and what is
+    weak about them; one-line errors for bad PII patterns and for attacks an audit cannot run."""
+    from ..attacks import ATTACKS
+    from ..leakage.pii import check_patterns
+
+    check_patterns(dict(options.pii))  # a bad pattern is a one-line error before anything loads
+    parts, chats = {}, {}
+    for part, path in (("members", members), ("nonmembers", nonmembers)):
+        parts[part], found = read_records(path, part[0], options.text_column)
+        chats |= found
+    trajectory = [a for a in config.attacks if ATTACKS.get(a).access == "checkpoints"]
+    if trajectory:
+        raise PrivauditorError(
+            f"attack '{trajectory[0]}' reads a training trajectory (at least 2 checkpoints); an audit has one model"
+        )
+    attacks = [a for a in config.attacks if ATTACKS.get(a).access != "model-free"]  # the verdict's family
+    return parts, chats, check_inputs(parts["members"], parts["nonmembers"], len(attacks))
+
+
+def _audit_id(
+    model: str, spec: Any, adapter_hash: str, texts: str, options: AuditOptions, chats: bool
+) -> str:
+    """``audit__<model>__<adapter>__<hash>``, identified by the files' content (``texts``), never by their
+    paths: the same files audit alike from anywhere."""
+    key = [model, adapter_hash, options.reference, texts, spec.to_dict() | {"dataset": None}]
+    if options.revision or options.dtype or chats:  # what changes the weights or the scored text, when set
+        key.append(
+            {"revision": options.revision, "dtype": options.dtype}
+            | ({"chat_scored": options.chat_scored} if chats else {})
+        )
+    if options.pii:  # what it looks for changes what it writes
+        key.append({"pii": [list(field) for field in options.pii]})
+    adapter = Path(options.adapter).name if options.adapter else "checkpoint"
+    return "__".join(["audit", slug(model), slug(adapter), stable_hash(key, 8)])
+
+
+def _reference(
+    base_name: str | None, model: str, model_spec: Any, weights: str | None, precision: str
+) -> Any:
+    """The reference model (the un-adapted base, or ``--reference``), loaded at ``precision``; None
+    without one."""
+    from ..models import load_model, weights_identity
+    from ..passes.scorer import Reference, Scorer, identity_of
+
+    if base_name is None:
+        return None
+    base = load_model(model_spec if base_name == model else base_name, precision=precision)
+    base_weights = weights if base_name == model else weights_identity(base_name)
+    identity = identity_of(base.model, base.tokenizer, base.spec.name, base_weights, "none")
+    return Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
+
+
+def _about(  # noqa: PLR0913  # what the record says of the audit's inputs
+    model: str, model_spec: Any, base_name: str | None, members: str, nonmembers: str,
+    parts: dict[str, list[Any]], warnings: list[str], options: AuditOptions, loaded: Any, chats: dict[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """``cell.json``'s ``audit``: the model, adapter, reference and files audited, and what was weak."""
+    return {
+        "model": model,
+        "revision": model_spec.revision,
+        "dtype": model_spec.dtype,
+        "adapter": options.adapter,
+        "reference": base_name,
+        "members": members,
+        "nonmembers": nonmembers,
+        "warnings": warnings,
+        "files": {
+            part: file_identity(path, len(parts[part]))
+            for part, path in (("members", members), ("nonmembers", nonmembers))
+        },
+        "chat": {"template": template_of(loaded.tokenizer), "scored": options.chat_scored} if chats else None,
+    }

@@ -1,0 +1,54 @@
+"""A cell's adaptation trained: in this process under its defence's guard, or on ``train.workers`` ranks
+under DeepSpeed (the orchestrator's launcher), each checkpoint snapshotted for the audit that follows
+(:mod:`privauditor.tasks.cell.run`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..infra.deadline import remaining
+
+
+def train_cell(  # noqa: PLR0913  # what the cell has loaded and drawn, and how it runs
+    spec: Any,
+    model: Any,
+    loaded: Any,
+    split: Any,
+    snapshots: Path,
+    clock: Callable[[str, Callable[[], Any]], Any],
+    distributed: Any,
+) -> tuple[Any, Any]:
+    """The adaptation trained, under its defence's guard where it has one (DeepSpeed's out of this process,
+    through ``distributed``), each checkpoint snapshotted into ``snapshots``: the loss record and the guard
+    (None without a defence)."""
+    from ..defences import TrainingRun, get_defence
+    from ..training.loop import Loop, train, train_config_of
+    from ..training.snapshots import saver
+
+    defence, guard = get_defence(spec.defence), None
+    if defence is not None:
+        run = TrainingRun(
+            len(split.trained), spec.train.batch_size, spec.train.epochs, spec.seed, loaded.seq2seq
+        )
+        guard = clock(defence.stage, lambda: defence.guard(spec.defence_params, run))
+    if spec.train.deepspeed is not None:
+        return clock("train", lambda: train_elsewhere(spec, snapshots, distributed)), guard
+    loop = Loop(
+        checkpoints=spec.train.checkpoints,
+        on_checkpoint=saver(model, snapshots),
+        **({} if guard is None else guard.loop),
+    )
+    config = train_config_of(spec)
+    return clock(
+        "train", lambda: train(model, loaded.tokenizer, split.trained, config, loaded.seq2seq, loop)
+    ), guard
+
+
+def train_elsewhere(spec: Any, workdir: Path, distributed: Any) -> Any:
+    """Train on ``train.workers`` ranks under DeepSpeed; the snapshots land in ``workdir``."""
+    from ..training.distributed import trained_result
+
+    distributed({"cell": spec, "workdir": str(workdir), "timeout_s": remaining()}, spec.train.workers)
+    return trained_result(workdir)

@@ -1,0 +1,1 @@
+"""Infrastructure: errors, atomic files, the artefact cache, the results folder, registries, progress."""

@@ -1,0 +1,1 @@
+"""Leakage beyond membership: discoverable extraction, PII reconstruction, canary exposure."""

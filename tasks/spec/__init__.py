@@ -1,0 +1,1 @@
+"""What a cell is: its settings as a user writes them, checked strictly, and the resolved spec its id hashes."""

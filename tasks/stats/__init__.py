@@ -1,0 +1,1 @@
+"""Statistics of attack scores: metrics, paired significance, and the empirical lower bound on epsilon."""

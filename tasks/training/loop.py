@@ -1,0 +1,356 @@
+"""One training loop for every technique and family, and the utility figure.
+
+Every family trains on, and is scored on, the target tokens conditioned on the prompt (the design's
+rule): a causal model sees ``<s> prompt target`` with labels on the target positions only; T5 gets
+the prompt as encoder input and the target as decoder labels. Prompt and target are tokenized
+separately, so the target's tokens are exactly the tokenization of the target text. Training is plain
+PyTorch (AdamW, gradient clipping), seeded and deterministic on CPU.
+
+The learning rate warms up linearly over the first epoch's steps (at most :data:`WARMUP_STEPS`) and then
+stays constant: nothing in the schedule depends on how many epochs the run has, so the snapshot taken
+after epoch e (``checkpoints``) is the model an e-epoch run with the same seed gives, step for step.
+A checkpoint may fall inside an epoch (``0.25``: after a quarter of the first epoch's steps, rounded half
+up) and at 0 (the technique's initial state, before the first step); each is named by its step. A
+decay to zero at the budget's end (the usual linear or cosine schedule) would make every budget a
+different run, and a warm-up–stable–decay schedule would need a cool-down branch per checkpoint, each of
+them extra training that the audited trajectory never took; a constant rate costs the final models some
+utility, which the validation NLL of every checkpoint shows.
+
+Example::
+
+    result = train(model, tokenizer, split.members, TrainConfig(lr=1e-3, epochs=2), seq2seq=False)
+    print(result.loss_first_epoch, result.loss_last_epoch, validation_loss(model, tokenizer, split.validation, 128, False))
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..datasets import Example
+from ..infra.deadline import check, expired, timeout
+from ..infra.progress import Progress
+
+log = logging.getLogger(__name__)
+
+#: bump whenever a change to the training loop alters the weights it trains (part of every cell id)
+TRAINER_VERSION = 3  # 3: checkpoints at steps inside an epoch; 2: warm-up then constant (was: linear decay)
+# (not bumped for encode's hard max_length: a record it now encodes otherwise fails the cell, receipts.py)
+#: the warm-up's longest length in steps (it lasts one epoch when epochs are shorter)
+WARMUP_STEPS = 100
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings; ``None`` means the technique's own default."""
+
+    epochs: int | None = None
+    lr: float | None = None
+    batch_size: int = 8
+    max_length: int = 128  # tokens of prompt + target (causal) or of the target (T5)
+    seed: int = 0
+
+
+@dataclass
+class TrainResult:
+    """What one adaptation's training did, for ``cell.json`` and the leaderboard."""
+
+    epochs: int
+    lr: float
+    steps: int = 0
+    seconds: float = 0.0
+    checkpoints: list[tuple[float, int]] = field(default_factory=list)  # (epoch, step) of each snapshot
+    loss_curve: list[float] = field(default_factory=list)  # per step
+    epoch_losses: list[float] = field(default_factory=list)  # mean per epoch
+
+    @property
+    def loss_first_epoch(self) -> float:
+        return self.epoch_losses[0] if self.epoch_losses else float("nan")
+
+    @property
+    def loss_last_epoch(self) -> float:
+        return self.epoch_losses[-1] if self.epoch_losses else float("nan")
+
+
+def encode(
+    tokenizer: Any, examples: Sequence[Example], max_length: int, seq2seq: bool
+) -> list[dict[str, list[int]]]:
+    """Token ids and labels per example; labels are -100 everywhere but on target tokens. A causal input is
+    at most ``max_length`` tokens: the target is cut first, and a prompt that fills ``max_length`` leaves it
+    none (:mod:`~privauditor.tasks.training.receipts` makes that an error before anything trains or scores)."""
+    prompts = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
+    targets = tokenizer([e.target for e in examples], add_special_tokens=False)["input_ids"]
+    encoded = []
+    for prompt, target in zip(prompts, targets, strict=True):
+        if seq2seq:
+            encoded.append({"input_ids": prompt + [tokenizer.eos_token_id], "labels": target[:max_length]})
+            continue
+        prefix = [tokenizer.bos_token_id, *prompt] if tokenizer.bos_token_id is not None else list(prompt)
+        # at most max_length in all (was: one target token kept past it, beyond the model's positions)
+        prefix = prefix[:max_length]
+        target = target[: max_length - len(prefix)]
+        encoded.append({"input_ids": prefix + target, "labels": [-100] * len(prefix) + target})
+    return encoded
+
+
+def collate(items: Sequence[dict[str, list[int]]], pad_id: int, seq2seq: bool) -> dict[str, torch.Tensor]:
+    """Right-padded tensors; padded label positions are -100 and masked out of attention."""
+
+    def pad(rows: list[list[int]], value: int) -> torch.Tensor:
+        width = max(len(r) for r in rows)
+        return torch.tensor([r + [value] * (width - len(r)) for r in rows], dtype=torch.long)
+
+    input_ids = pad([i["input_ids"] for i in items], pad_id)
+    attention_mask = pad([[1] * len(i["input_ids"]) for i in items], 0)
+    labels = pad([i["labels"] for i in items], -100)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def predicted_tokens(labels: torch.Tensor, seq2seq: bool) -> int:
+    """How many tokens the model's mean loss averages over (causal models shift labels by one)."""
+    return int((labels != -100).sum() if seq2seq else (labels[:, 1:] != -100).sum())
+
+
+def checkpoint_steps(checkpoints: Sequence[float], steps_per_epoch: int) -> dict[int, float]:
+    """Step -> epoch of every checkpoint: epoch e is after ``floor(e * steps_per_epoch + 0.5)`` steps. Two
+    checkpoints on one step, or a fraction of an epoch that rounds to step 0, are one-line errors."""
+    import math
+
+    from ..infra.errors import PrivauditorError
+
+    steps: dict[int, float] = {}
+    for epoch in checkpoints:
+        step = math.floor(epoch * steps_per_epoch + 0.5)
+        if step in steps or (step == 0 and epoch > 0):
+            other = steps.get(step, 0)
+            raise PrivauditorError(
+                f"train.checkpoints {other} and {epoch} fall on the same step ({step} of {steps_per_epoch} "
+                "per epoch): use fewer or coarser checkpoints"
+            )
+        steps[step] = epoch
+    return steps
+
+
+def apply_seeded(adaptation: Any, model: Any, family: Any, seed: int) -> Any:
+    """Apply a technique with the global generator seeded, so new weights (LoRA's A, prompt
+    encoders) are the same for the same seed."""
+    torch.manual_seed(seed)
+    return adaptation.apply(model, family)
+
+
+def train_config_of(spec: Any) -> TrainConfig:
+    """A resolved cell's (a ``CellSpec``'s) training settings."""
+    train = spec.train
+    return TrainConfig(
+        epochs=train.epochs,
+        lr=train.lr,
+        batch_size=train.batch_size,
+        max_length=train.max_length,
+        seed=spec.seed,
+    )
+
+
+class LocalStep:
+    """One optimisation step in this process: AdamW, warm-up then a constant rate, gradient clipping at 1;
+    forward passes under the model's precision (tasks/infra/precision.py).
+
+    The step is the whole batch's: its loss is the mean over the batch's predicted tokens. Where the batch
+    does not fit the device's memory (``torch.OutOfMemoryError``), it is cut into micro-batches of half the
+    rows, then a quarter, ..., each backward weighted by its share of the batch's tokens, so the gradient is
+    the batch's, up to rounding, and with dropout a step with masks drawn per micro-batch (as likely as the
+    whole batch's, not the same draws): results do not depend on the device's memory beyond that.
+    ``micro_batch`` starts there.
+    """
+
+    def __init__(
+        self, model: Any, parameters: list[Any], lr: float, warmup: int, micro_batch: int | None = None
+    ) -> None:
+        self.parameters = parameters
+        self.optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_then_constant(warmup))
+        self.model = model
+        self.micro_batch = micro_batch
+
+    def __call__(self, batch: dict[str, torch.Tensor], weight: float) -> torch.Tensor:
+        while True:
+            self.optimizer.zero_grad(set_to_none=True)
+            try:
+                loss = self._backward(batch, weight)
+                break
+            except torch.OutOfMemoryError:
+                rows = len(batch["input_ids"])
+                if (self.micro_batch or rows) <= 1:
+                    raise
+                self.micro_batch = max(1, (self.micro_batch or rows) // 2)
+                log.warning(
+                    "training batch of %d rows does not fit: micro-batches of %d", rows, self.micro_batch
+                )
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        torch.nn.utils.clip_grad_norm_(self.parameters, 1.0)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss
+
+    def _backward(self, batch: dict[str, torch.Tensor], weight: float) -> torch.Tensor:
+        """The batch's mean token loss, its gradient (times ``weight``) accumulated in the parameters."""
+        from ..infra.precision import autocast
+
+        rows = len(batch["input_ids"])
+        size = self.micro_batch or rows
+        if size >= rows:
+            with autocast(self.model):
+                loss = self.model(**batch).loss
+            (loss * weight).backward()
+            return loss.detach()
+        seq2seq = bool(getattr(self.model.config, "is_encoder_decoder", False))
+        total = predicted_tokens(batch["labels"], seq2seq)
+        summed = torch.zeros((), dtype=torch.float32, device=batch["labels"].device)
+        for start in range(0, rows, size):
+            part = {k: v[start : start + size] for k, v in batch.items()}
+            share = predicted_tokens(part["labels"], seq2seq) / max(1, total)
+            with autocast(self.model):
+                loss = self.model(**part).loss
+            if share > 0:
+                (loss * (weight * share)).backward()
+                summed += loss.detach().float() * share
+        return summed
+
+
+def warmup_then_constant(warmup: int) -> Any:
+    """The rate's factor at each step: (step + 1) / warmup for the first ``warmup`` steps, then 1."""
+    return lambda step: min(1.0, (step + 1) / max(1, warmup))
+
+
+@dataclass(frozen=True)
+class Loop:
+    """How :func:`train` steps, samples and snapshots (the defaults: one process, AdamW, no snapshot).
+
+    At each checkpoint of ``checkpoints`` (epochs; 0: before the first step; fractions fall inside an
+    epoch, :func:`checkpoint_steps`) ``on_checkpoint(epoch, step)`` is called, to snapshot the trainable
+    weights; it must not draw random numbers or change the model's mode. With ``world`` > 1 (data
+    parallel, e.g. DeepSpeed workers) every rank draws the same order and takes its share of each global
+    batch; ``make_step(model, parameters, lr, warmup)`` builds the step function (``LocalStep`` here, a
+    DeepSpeed engine under Ray Train) and the recorded losses are the mean over all ranks' tokens.
+    ``sampler(epoch)`` gives an epoch's batches as lists of example indices, possibly empty (DP-SGD's
+    Poisson sampling, :mod:`privauditor.tasks.defences.dp`; ``steps_per_epoch`` of them); by default each epoch
+    is a seeded permutation cut into batches of the configured size."""
+
+    make_step: Any = LocalStep
+    rank: int = 0
+    world: int = 1
+    checkpoints: Sequence[float] = ()
+    on_checkpoint: Callable[[float, int], None] | None = None
+    sampler: Callable[[int], list[list[int]]] | None = None
+
+
+def train(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    config: TrainConfig,
+    seq2seq: bool,
+    loop: Loop = Loop(),
+) -> TrainResult:
+    """Train the trainable parameters of ``model`` on ``examples`` as ``loop`` says; returns the loss
+    record."""
+    make_step, rank, world, on_checkpoint = loop.make_step, loop.rank, loop.world, loop.on_checkpoint
+    assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
+    result = TrainResult(epochs=config.epochs, lr=config.lr)
+    steps_per_epoch = -(-len(examples) // config.batch_size)
+
+    wanted = checkpoint_steps(loop.checkpoints, steps_per_epoch)
+
+    def snapshot(step: int) -> None:
+        if step in wanted:
+            result.checkpoints.append((wanted[step], step))
+            if on_checkpoint is not None:
+                on_checkpoint(wanted[step], step)
+
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if config.epochs == 0 or not parameters:  # nothing trains: the one snapshot is the start
+        if wanted:
+            result.checkpoints.append((0, 0))
+            if on_checkpoint is not None:
+                on_checkpoint(0, 0)
+        return result
+    data = encode(tokenizer, examples, config.max_length, seq2seq)
+    torch.manual_seed(config.seed + rank)  # dropout masks (LoRA's, adapters') draw from the global generator
+    generator = torch.Generator().manual_seed(config.seed)
+    step = make_step(model, parameters, config.lr, min(WARMUP_STEPS, steps_per_epoch))
+    snapshot(0)  # after the step is built: a DeepSpeed engine gathers the weights
+    device = parameters[0].device
+    model.train()
+    started = time.perf_counter()
+    shown = Progress(  # one rank speaks for all
+        f"training ({len(examples)} records, {config.epochs} epochs)",
+        steps_per_epoch * config.epochs,
+        quiet=rank > 0,
+    )
+    for epoch in range(config.epochs):
+        batches = _batches(epoch, len(data), config.batch_size, generator, loop.sampler)
+        fallback = next((b[:1] for b in batches if b), [0])  # what an idle rank runs, at weight 0
+        epoch_loss = epoch_tokens = 0.0
+        for drawn in batches:
+            if world == 1:
+                check("training")
+            rows = drawn[rank::world]
+            # a short last batch leaves a rank idle, as an empty Poisson batch does: it steps with zero loss
+            weight = 1.0 if rows else 0.0
+            batch = collate([data[i] for i in rows or fallback], tokenizer.pad_token_id, seq2seq)
+            loss = step({k: v.to(device) for k, v in batch.items()}, weight)
+            n = predicted_tokens(batch["labels"], seq2seq) * weight
+            summed = torch.tensor([loss.item() * n, n, float(expired())], dtype=torch.float64)
+            if world > 1:  # ranks agree on the time limit too, so none is left waiting in a collective
+                torch.distributed.all_reduce(summed)
+                if summed[2] > 0:
+                    raise timeout("training")
+            epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
+            result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
+            snapshot(len(result.loss_curve))
+            shown.update(1, loss=result.loss_curve[-1])
+        result.epoch_losses.append(round(epoch_loss / max(1, epoch_tokens), 4))
+    shown.close()
+    result.steps = steps_per_epoch * config.epochs
+    result.seconds = round(time.perf_counter() - started, 2)
+    model.eval()
+    return result
+
+
+def _batches(epoch: int, n: int, size: int, generator: torch.Generator, sampler: Any) -> list[list[int]]:
+    """An epoch's batches: the sampler's, or a seeded permutation of the ``n`` examples cut in ``size``."""
+    if sampler is not None:
+        return sampler(epoch)
+    order = torch.randperm(n, generator=generator).tolist()
+    return [order[s : s + size] for s in range(0, n, size)]
+
+
+@torch.inference_mode()
+def validation_loss(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    max_length: int,
+    seq2seq: bool,
+    batch_size: int = 16,
+) -> float:
+    """Utility: mean per-token NLL (nats) of the model on the examples' target tokens (at the model's
+    precision)."""
+    from ..infra.precision import autocast
+
+    model.eval()
+    device = next(model.parameters()).device
+    data = encode(tokenizer, examples, max_length, seq2seq)
+    total = tokens = 0.0
+    for start in range(0, len(data), batch_size):
+        batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, seq2seq)
+        n = predicted_tokens(batch["labels"], seq2seq)
+        with autocast(model):
+            total += model(**{k: v.to(device) for k, v in batch.items()}).loss.item() * n
+        tokens += n
+    return total / max(1, tokens)
