@@ -8,7 +8,7 @@
         "tiny-llama", members="members.jsonl", nonmembers="nonmembers.jsonl", out="results/audit",
         nonmembers_from="held-out",
     )
-    result.finding        # 'shift', 'leakage' or 'nothing detected'
+    result.finding        # "shift", "reversed", "leakage" or "nothing detected"
     result.to_pandas()    # one row per attack: AUC with its interval, TPR at low FPR, p-values
     result.report()       # results/audit/reports/<id>.html (and .pdf where a Chromium is found)
 
@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ._results import AuditResult, Results
 
-__all__ = ["AuditResult", "Results", "audit", "load_results", "run"]
+__all__ = ["AuditResult", "Results", "audit", "audit_preview", "load_results", "run"]
 
 
 def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s flags, all keyword-only
@@ -47,6 +48,8 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     chat_scored: str = "assistant",
     text_column: str | None = None,
     pii: Mapping[str, str] | None = None,
+    render: str | None = None,
+    limit: int | None = None,
 ) -> AuditResult:
     """Attack ``model`` (a Hugging Face id, a local checkpoint or a registered base; with ``adapter`` on
     top) on its ``members`` and ``nonmembers`` files and return the scores with the verdict
@@ -54,20 +57,45 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     names the files' column holding each record's text (CSV / Parquet / JSONL). The audit's files
     go under ``out/cells/<audit id>/``; an audit already done there is read back, not redone. ``pii``:
     kind -> regular expression (group 1, or the whole match, is the value) of the PII fields whose
-    reconstruction the audit measures (docs/extraction.md)."""
-    from .tasks.audit.run import AuditOptions, audit_config, run_audit
+    reconstruction the audit measures (docs/extraction.md). ``render="text"`` scores every record as one
+    whole text, whatever its form (files of different forms are refused otherwise); ``limit`` reads the first
+    N records of each file (:func:`audit_preview` shows how they render, scoring nothing)."""
+    from .tasks.audit.run import run_audit
     from .tasks.audit.verdict import verdict
 
     if nonmembers_from not in (None, "held-out", "collected"):
         raise ValueError(f"nonmembers_from={nonmembers_from!r}: held-out, collected or None")
-    config = audit_config(model, str(members), list(settings))
-    options = AuditOptions(
-        adapter=None if adapter is None else str(adapter), reference=reference, revision=revision,
-        dtype=dtype, chat_scored=chat_scored, text_column=text_column, pii=tuple((pii or {}).items()),
+    config, options = _prepared(
+        model, members, settings=settings, adapter=adapter, reference=reference, revision=revision, dtype=dtype,
+        chat_scored=chat_scored, text_column=text_column, pii=pii, render=render, limit=limit,
     )  # fmt: skip
     outcome = run_audit(model, str(members), str(nonmembers), Path(out), config, options)
     verdict(outcome.path, nonmembers_from)
     return AuditResult.read(outcome.path, skipped=outcome.skipped)
+
+
+def audit_preview(model: str, members: str | Path, nonmembers: str | Path, **options: Any) -> dict[str, Any]:
+    """What :func:`audit` with these ``options`` (its keyword arguments but ``out`` and ``nonmembers_from``)
+    would read, scoring and writing nothing (``privauditor audit --dry-run``): the audit's id, the files'
+    sizes, the chat template and max length, and the first records as the model reads them (prompt, scored
+    target, target tokens in the loss)."""
+    from .tasks.audit.run import preview_audit
+
+    config, prepared = _prepared(model, members, **options)
+    return preview_audit(model, str(members), str(nonmembers), config, prepared)
+
+
+def _prepared(
+    model: str, members: str | Path, settings: Sequence[str] = (), **options: Any
+) -> tuple[Any, Any]:
+    """The audit's settings (``settings``: ``--set`` strings) and its options (``adapter`` as a string,
+    ``pii`` as pairs)."""
+    from .tasks.audit.run import AuditOptions, audit_config
+
+    adapter, pii = options.pop("adapter", None), options.pop("pii", None)
+    found = AuditOptions(adapter=None if adapter is None else str(adapter), pii=tuple((pii or {}).items()),
+                         **options)  # fmt: skip
+    return audit_config(model, str(members), list(settings)), found
 
 
 def run(

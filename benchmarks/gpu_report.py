@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from privauditor.orchestrator.tables import render
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 from privauditor.tasks.spec.resolved import CellSpec
 
 
@@ -25,7 +25,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="the device every cell must have used")
     args = parser.parse_args()
     problems, rows = [], []
-    cells = [c.path for c in ResultsFolder(args.results).cells(finished=False)]
+    cells = [c.path for c in Results(args.results).folders(finished=False)]
     if not cells:
         problems.append(f"no cells under {args.results}")
     for cell in cells:

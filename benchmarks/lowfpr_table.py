@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 
 #: attacks of 2025 or later (the anchors' own and the other recent ones); every other is "before 2025"
 RECENT = {"ezmia", "ezmia_degenerate_one", "wbc", "informia", "gap_k", "camia", "lt_iqr"}
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, nargs="+")
     args = parser.parse_args(argv)
-    cells = [(r, c.path) for r in args.results for c in ResultsFolder(r).cells()]
+    cells = [(r, c.path) for r in args.results for c in Results(r).folders()]
     claims, trained, leaks = [], {}, {}
     for results, cell in cells:
         record, last, metrics = last_metrics(cell)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 from privauditor.tasks.stats.significance import delong
 
 
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.06)
     args = parser.parse_args()
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
-    for cell in ResultsFolder(args.results).cells():
+    for cell in Results(args.results).folders():
         config = cell.record()["config"]
         table = pq.ParquetFile(cell.path / "scores.parquet").read().to_pylist()
         scores = {r["sample_id"]: (r["member"], r["score"]) for r in table if r["attack"] == args.attack}

@@ -46,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -163,7 +163,7 @@ def child_seq(args) -> None:
 
 def steady(out: Path) -> float:
     """Seconds between consecutive cells finishing, from the first to the last (start-up excluded)."""
-    times = sorted((c.path / "DONE").stat().st_mtime for c in ResultsFolder(out).cells())
+    times = sorted((c.path / "DONE").stat().st_mtime for c in Results(out).folders())
     return (times[-1] - times[0]) / (len(times) - 1)
 
 
@@ -210,9 +210,7 @@ def main() -> int:
     )
     ray_started = time.time()
     ray_s = through_ray(sweep_data(args.members, args.k, 1, args.attacks), work / "ray")
-    ray_first = (
-        min((c.path / "DONE").stat().st_mtime for c in ResultsFolder(work / "ray").cells()) - ray_started
-    )
+    ray_first = min((c.path / "DONE").stat().st_mtime for c in Results(work / "ray").folders()) - ray_started
     ray_passes, mark = inference_rows(count_file, mark)
     (work / "ray_serial").mkdir()
     shutil.copytree(work / "seq" / "shared", work / "ray_serial" / "shared")
@@ -222,7 +220,7 @@ def main() -> int:
     # the cells whose shared work (neighbours, reference signals) was already there in `seq`
     first = {next(c.cell_id() for c in cells if c.model == m) for m in {c.model for c in cells}}
     finished = sorted(
-        ((c.path / "DONE").stat().st_mtime, c.cell_id) for c in ResultsFolder(work / "ray_serial").cells()
+        ((c.path / "DONE").stat().st_mtime, c.cell_id) for c in Results(work / "ray_serial").folders()
     )
     rows, overheads = [], []
     for (before, _), (after, cell_id) in zip(finished, finished[1:], strict=False):

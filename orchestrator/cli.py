@@ -10,7 +10,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -23,9 +22,20 @@ from . import tables
 from .cli_help import Version, attach_examples, shipped_sweeps
 
 if TYPE_CHECKING:
-    from privauditor.orchestrator.store.storage import Results
+    from privauditor.tasks.infra.results import Results
 
 LISTABLE = ("models", "datasets", "adaptations", "attacks", "defences", "sweeps")
+
+
+def at_least_one(value: str) -> int:
+    """An argparse type: a whole number of at least 1 (``--max-concurrent 0`` would mean "no limit" to Tune)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} cells at once runs nothing: give 1 or more")
+    return number
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -52,7 +62,7 @@ def _cell(args: argparse.Namespace) -> int:
     from privauditor.orchestrator.sweepfile.matrix import check_cell
     from privauditor.tasks.cell.run import CellEnvironment, run_cell
     from privauditor.tasks.defences import get_defence
-    from privauditor.tasks.infra.results import checkpoint_results
+    from privauditor.tasks.infra.results import CellFolder, Results, checkpoint_results
     from privauditor.tasks.spec.config import cell_config
 
     from .report.plots import roc_png
@@ -68,6 +78,7 @@ def _cell(args: argparse.Namespace) -> int:
     check_cell(config.model, config.adaptation)
     spec = config.resolve()
     out = Path(args.out)
+    Results.open_for_writing(out, {"kind": "cell"})  # not into a sweep's or an audit's folder
     outcome = run_cell(spec, out, CellEnvironment(distributed=local_launcher(spec)))
     state = "already done" if outcome.skipped else "done"
     print(f"cell {outcome.cell_id} {state}: {outcome.path}")
@@ -78,10 +89,10 @@ def _cell(args: argparse.Namespace) -> int:
     print(tables.metrics_table(outcome.metrics))
     last, defence = audited[-1][0], get_defence(spec.defence)
     if defence is not None:
-        print(defence.summary(json.loads((outcome.path / "cell.json").read_text())["defence"], last))
+        print(defence.summary(CellFolder.at(outcome.path).record()["defence"], last))
         for attack in last.get("dp_violations", []):
             print(f"DP VIOLATION: {attack}'s empirical bound exceeds the eps spent: a bug", file=sys.stderr)
-    png = roc_png(outcome.metrics, out / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
+    png = roc_png(outcome.metrics, Results(out).roc_image(outcome.cell_id), outcome.cell_id)
     print(f"ROC (log-log): {png}")
     return 0
 
@@ -127,12 +138,13 @@ def _run(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep, args.set or [])
     out = args.out or Path("results") / sweep.name  # a folder, or an object-store URI (s3://, gs://)
     return run_sweep(
-        sweep, out, address=args.address, max_concurrent=args.max_concurrent, verbose=args.verbose
-    )
+        sweep, out, address=args.address, max_concurrent=args.max_concurrent, verbose=args.verbose,
+        add_spec=args.add_spec,
+    )  # fmt: skip
 
 
 def _report(args: argparse.Namespace) -> int:
-    from privauditor.orchestrator.store.storage import Results
+    from privauditor.tasks.infra.results import Results
 
     from .report.leaderboard import rows
     from .report.summary import SUMMARY_HEADER, summary
@@ -141,29 +153,29 @@ def _report(args: argparse.Namespace) -> int:
     results = Results.at(args.dir)
     results.check_readable()  # not a results folder, or one of another results format: refused, not read
     results.pull_summaries()
-    found = rows(results.local)
+    found = rows(results.root)
     if args.formed_on:  # a hypothesis's formed_on block, read from these cells; nothing is written
         import yaml
 
         from privauditor.orchestrator.sweepfile.hypothesis import formed_on_of
 
-        print(yaml.safe_dump({"formed_on": formed_on_of(results.local, found)}, sort_keys=False), end="")
+        print(yaml.safe_dump({"formed_on": formed_on_of(results.root, found)}, sort_keys=False), end="")
         return 0
     _check_attack(args.attack, found, args.dir)
     other = _against(args.against, results) if args.against else None
     leaderboard(results, found)
     print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
-    print(f"leaderboard: {results.local / 'leaderboard.html'} ({len(found)} rows)")
+    print(f"leaderboard: {results.root / 'leaderboard.html'} ({len(found)} rows)")
     print(write_findings(results, found, args.attack, other))
-    print(f"findings: {results.local / 'findings.md'}")
-    print(tables.stages_table(results.local))
+    print(f"findings: {results.root / 'findings.md'}")
+    print(tables.stages_table(results.root))
     return 0
 
 
 def _against(location: str, results: Results) -> tuple[str, list[dict[str, Any]]]:
     """The (name, leaderboard rows) of the results folder ``location`` that ``report --against`` ranks
     ``results`` against: a path or an object-store URI, checked as ``results`` is, read and never written."""
-    from privauditor.orchestrator.store.storage import Results
+    from privauditor.tasks.infra.results import Results
 
     from .report.leaderboard import rows
 
@@ -177,7 +189,7 @@ def _against(location: str, results: Results) -> tuple[str, list[dict[str, Any]]
     except PrivauditorError as exc:
         raise PrivauditorError(f"--against {exc}") from None
     other.pull_summaries()
-    return other.uri.rstrip("/").rsplit("/", 1)[-1], rows(other.local)
+    return other.uri.rstrip("/").rsplit("/", 1)[-1], rows(other.root)
 
 
 def _check_attack(attack: str, found: list[dict[str, Any]], name: str) -> None:
@@ -295,8 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--out", help="results folder (default: results/<sweep name>)")
     run.add_argument("--address", help="Ray cluster address, e.g. auto (default: a local Ray)")
-    run.add_argument("--max-concurrent", type=int, help="at most N cells at once")
+    run.add_argument("--max-concurrent", type=at_least_one, help="at most N cells at once")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell")
+    run.add_argument(
+        "--add-spec",
+        action="store_true",
+        help="run into a folder that holds this sweep with other settings (or another sweep), keeping both",
+    )
     run.add_argument(
         "-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
         help="also Ray's trial tables and workers' output (library warnings, progress bars)",

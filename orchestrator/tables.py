@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 
 #: rich's box of these tables: no borders, a space between columns, a rule of dashes under the header
 RULE_SPEC = "    \n    \n -  \n    \n    \n    \n    \n    \n"
 
 
-def render(headers: list[str], rows: list[list[object]]) -> str:
+def render(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A left-aligned table (rich's), a rule under the header, columns two spaces apart; wrapped to the
     terminal's width when printed to one, else (a pipe, a file, a test) as wide as its rows."""
     import io
@@ -31,13 +33,14 @@ def render(headers: list[str], rows: list[list[object]]) -> str:
     for row in rows:  # Text: a cell's "[0.08, 0.16]" is an interval, not rich markup
         table.add_row(*(Text(str(c)) for c in row))
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 100_000
-    console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False, emoji=False)
-    console.print(table)
-    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines() if line.strip())
+    printed = io.StringIO()
+    Console(file=printed, width=width, color_system=None, highlight=False, emoji=False).print(table)
+    return "\n".join(line.rstrip() for line in printed.getvalue().splitlines() if line.strip())
 
 
 def listing(what: str) -> str:
     """``privauditor ls <what>``: every registered name with its key facts."""
+    rows: list[list[object]]  # each listing's own columns
     if what == "models":
         from privauditor.tasks.models import FAMILIES, MODELS
 
@@ -113,20 +116,64 @@ def attacks_listing() -> str:
 
 
 def metrics_table(metrics: dict) -> str:
-    """One row per attack of a cell's ``metrics.json``."""
+    """One row per attack of a cell's ``metrics.json``, a skipped attack's reason below the table. Where a
+    TPR at 0.1 % or 1 % FPR cannot be measured (``-``: fewer than 1,000 or 100 non-members), a column gives
+    each attack's TPR at 0 false positives with its 95 % interval, and a footnote the FPR that 0 false
+    positives of N bound it to; the ε column only where an attack has an ε bound."""
 
     def fmt(value: object) -> str:
         return "-" if value is None else f"{value:.3f}"
 
+    scored = {name: m for name, m in metrics.items() if "skipped" not in m}
+    zero = any(m.get(r) is None for m in scored.values() for r in ("tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr"))
+    zero = zero and any(m.get("tpr_at_0fp") is not None for m in scored.values())
+    eps = any("eps_ceiling" in m for m in scored.values())
+    headers = ["attack", "AUC", "95% CI", "TPR@0.1%FPR", "TPR@1%FPR"]
+    headers += ["TPR@0FP [95% CI]"] * zero + ["eps >= (ceiling)"] * eps
+    per_cell = len({m.get("n_nonmembers") for m in scored.values() if m.get("tpr_at_0fp") is not None}) > 1
     rows = []
     for name, m in metrics.items():
-        if "skipped" in m:
-            rows.append([name, "skipped", m["skipped"], "", "", ""])
+        if name not in scored:
+            rows.append([name, "skipped", *["-"] * (len(headers) - 2)])
             continue
         ci = f"[{m['auc_ci'][0]:.3f}, {m['auc_ci'][1]:.3f}]"
-        bound = f"{fmt(m.get('eps_lower'))} ({fmt(m.get('eps_ceiling'))})" if "eps_ceiling" in m else "-"
-        rows.append([name, fmt(m["auc"]), ci, fmt(m["tpr_at_0.1pct_fpr"]), fmt(m["tpr_at_1pct_fpr"]), bound])
-    return render(["attack", "AUC", "95% CI", "TPR@0.1%FPR", "TPR@1%FPR", "eps >= (ceiling)"], rows)
+        row = [name, fmt(m["auc"]), ci, fmt(m["tpr_at_0.1pct_fpr"]), fmt(m["tpr_at_1pct_fpr"])]
+        row += [_zero_fp(m, per_cell)] * zero
+        row += [
+            f"{fmt(m.get('eps_lower'))} ({fmt(m.get('eps_ceiling'))})" if "eps_ceiling" in m else "-"
+        ] * eps
+        rows.append(row)
+    notes = [_zero_fp_note(scored)] * zero
+    notes += [f"{name} skipped: {m['skipped']}" for name, m in metrics.items() if name not in scored]
+    return "\n".join([render(headers, rows), *(textwrap.fill(note, 100) for note in notes)])
+
+
+def _zero_fp_note(scored: dict) -> str:
+    """The footnote of the TPR@0FP column: what it is, and the FPR that 0 false positives of N bound."""
+    found = [m for m in scored.values() if m.get("tpr_at_0fp") is not None]
+    if len({m.get("n_nonmembers") for m in found}) != 1:
+        return ("TPR@0FP: members scored above every non-member (0 false positives of N: FPR <= the bound "
+                "in each cell, one-sided 95 %), read where a TPR at 0.1 % or 1 % FPR (-) needs more non-members.")  # fmt: skip
+    return (f"TPR@0FP: members scored above all {found[0]['n_nonmembers']} non-members (0 false positives: FPR <= "
+            f"{_percent(found[0]['tpr_at_0fp_fpr_bound'])}, one-sided 95 %), read where a TPR at 0.1 % or 1 % "
+            "FPR (-) needs more non-members.")  # fmt: skip
+
+
+def _zero_fp(m: dict, per_cell: bool) -> str:
+    """An attack's TPR at 0 false positives with its 95 % interval (``-`` where it has none); ``per_cell``:
+    with its N and the FPR bound (attacks that scored different numbers of non-members)."""
+    if m.get("tpr_at_0fp") is None:
+        return "-"
+    low, high = m.get("tpr_at_0fp_ci") or (None, None)
+    text = f"{m['tpr_at_0fp']:.3f}" + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
+    if per_cell:
+        text += f" of {m['n_nonmembers']} (FPR <= {_percent(m['tpr_at_0fp_fpr_bound'])})"
+    return text
+
+
+def _percent(rate: float | None) -> str:
+    """A rate as a percentage with two significant digits (``3.7 %``, ``14 %``)."""
+    return "-" if rate is None else f"{100 * rate:.2g} %"
 
 
 def checkpoints_table(audited: list) -> str:
@@ -183,11 +230,15 @@ def bases(names: list[str], profile) -> str:
     from privauditor.tasks.models import checkpoint_path, masked_lm_path, pretrain_report
 
     rows = []
-    targets = [(n, lambda n=n: checkpoint_path(n, profile=profile)) for n in names]
-    targets.append(("tiny-mlm (neighbours)", lambda: masked_lm_path(profile=profile)))
+    targets: list[tuple[str, Callable[[], str | Path | None]]]
+    targets = [(n, functools.partial(checkpoint_path, n, profile=profile)) for n in names]
+    targets.append(("tiny-mlm (neighbours)", functools.partial(masked_lm_path, profile=profile)))
     for name, build in targets:
         started = time.perf_counter()
-        report = pretrain_report(build())
+        path = build()  # built where not cached
+        if path is None:
+            raise RuntimeError(f"{name}: no weights were built")
+        report = pretrain_report(path)
         rows.append(
             [
                 name,
@@ -227,7 +278,7 @@ def stage_seconds(results: Path) -> tuple[dict[str, float], int]:
     summed over the finished cells of a results folder, and how many cells that is."""
     totals: dict[str, float] = {}
     cells = 0
-    for cell in ResultsFolder(results).cells():
+    for cell in Results(results).folders():
         timings = cell.record().get("timings", {})
         cells += 1
         for stage, seconds in timings.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pyarrow.parquet as pq
@@ -16,7 +17,8 @@ SETTINGS = ["attacks=[loss,reference,min_k_pp]", "score.bootstrap=50"]
 
 
 def write_files(tmp_path, split_file):
-    """The cell's members / non-members, written as a user would: JSONL with prompt + target, and .txt."""
+    """The cell's members / non-members, written as a user would: JSONL with prompt + target, and CSV
+    (records of one form in both files: files of different forms are refused)."""
     ids = json.loads(split_file.read_text())
     by_id = {e.sample_id: e for e in load_dataset("climate").examples}
     members = tmp_path / "members.jsonl"
@@ -26,8 +28,11 @@ def write_files(tmp_path, split_file):
             for i in ids["members"]
         )
     )
-    nonmembers = tmp_path / "nonmembers.txt"
-    nonmembers.write_text("".join(by_id[i].text.replace("\n", " ") + "\n" for i in ids["nonmembers"]))
+    nonmembers = tmp_path / "nonmembers.csv"
+    with nonmembers.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["prompt", "target"])
+        writer.writeheader()
+        writer.writerows({"prompt": by_id[i].prompt, "target": by_id[i].target} for i in ids["nonmembers"])
     return members, nonmembers
 
 

@@ -104,3 +104,50 @@ def test_settings_an_audit_does_not_read_are_errors(capsys, tmp_path):
     members = write(tmp_path / "m.jsonl", [record(i) for i in range(8)])
     argv = [*audit_argv("tiny-gpt2", members, members, tmp_path / "out"), "--set", "train.epochs=3"]
     assert "--set train.epochs: an audit does not read it" in refused(capsys, argv)
+
+
+def test_a_byte_order_mark_is_not_text_in_csv_or_jsonl_and_a_folder_is_named_as_one(tmp_path):
+    """Excel and Notepad write UTF-8 with a byte-order mark: a CSV's first column is still ``text`` and a
+    JSONL's first record is still read; a folder given as a file is an error that says so."""
+    from privauditor.tasks.audit.inputs import read_records
+
+    bom = "\ufeff".encode()
+    (tmp_path / "m.csv").write_bytes(bom + b"text\nfirst record\nsecond record\n")
+    (tmp_path / "m.jsonl").write_bytes(bom + b'{"text": "first record"}\n{"text": "second record"}\n')
+    for name in ("m.csv", "m.jsonl"):
+        examples, _ = read_records(str(tmp_path / name), "m")
+        assert [e.text for e in examples] == ["first record", "second record"], name
+    with pytest.raises(PrivauditorError, match="is a folder"):
+        read_records(str(tmp_path), "m")
+
+
+def test_files_of_different_forms_are_refused_naming_forms_and_counts_unless_rendered_as_text(
+    tmp_path, capsys
+):
+    """Members mixing ``text`` and ``prompt`` + ``target`` records, non-members all ``prompt`` + ``target``:
+    refused before anything loads (a base that saw neither file was called leaking on such files);
+    ``--render text`` scores every record whole, which ``--dry-run`` shows without scoring or writing."""
+    members = tmp_path / "members.jsonl"
+    nonmembers = tmp_path / "nonmembers.jsonl"
+    pairs = [record(i) for i in range(40)]
+    members.write_text("".join(json.dumps({"text": e.text} if i % 2 else {"prompt": e.prompt, "target": e.target})
+                               + "\n" for i, e in enumerate(pairs[:20])))  # fmt: skip
+    nonmembers.write_text(
+        "".join(json.dumps({"prompt": e.prompt, "target": e.target}) + "\n" for e in pairs[20:])
+    )
+    out = tmp_path / "out"
+    err = refused(capsys, audit_argv("tiny-gpt2", members, nonmembers, out))
+    assert "different forms (members: 10 prompt + target, 10 text; non-members: 20 prompt + target)" in err
+    assert "--render text" in err and not out.exists()
+    argv = [
+        *audit_argv("tiny-gpt2", members, nonmembers, out),
+        "--render",
+        "text",
+        "--limit",
+        "12",
+        "--dry-run",
+    ]
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    assert "records: 12 members, 12 non-members" in shown and "nothing scored, nothing written" in shown
+    assert "prompt: ''" in shown and f"target (scored): {pairs[0].text!r}" in shown and not out.exists()

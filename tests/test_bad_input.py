@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,7 @@ CASES = [
     ("unknown model", lambda t, o, a: CELL[:2] + ["tiny-lama"] + CELL[3:] + ["--out", o], "did you mean 'tiny-llama'"),
     ("unknown adaptation", lambda t, o, a: CELL[:4] + ["lorra"] + CELL[5:] + ["--out", o], "did you mean 'lora'"),
     ("unknown attack", lambda t, o, a: CELL + ["--out", o, "--set", "attacks=[loss,min_kk]"], "did you mean 'min_k'"),
+    ("attacks without brackets", lambda t, o, a: CELL + ["--out", o, "--set", "attacks=loss,zlib"], "write attacks=[loss,zlib]"),
     ("unknown dataset", lambda t, o, a: CELL[:6] + ["financ", "--out", o], "did you mean 'finance'"),
     ("unsupported pair", lambda t, o, a: CELL[:4] + ["llama_adapter"] + CELL[5:] + ["--out", o], "supports only the llama"),
     ("negative size", lambda t, o, a: CELL + ["--out", o, "--set", "split.members=-5"], "split.members"),
@@ -161,10 +163,16 @@ CASES = [
     ("non-UTF-8 file", lambda t, o, a: CELL[:6] + [write(t / "b.txt", b"\xff\xfe" + CANARY.encode() + b"\n"), "--out", o], "not valid UTF-8 (line 1)"),
     ("records missing a field", lambda t, o, a: CELL[:6] + [write(t / "p.jsonl", json.dumps({"prompt": CANARY}) + "\n"), "--out", o], "missing field"),
     ("texts longer than the context", lambda t, o, a: CELL + ["--out", o, "--set", "train.max_length=5000"], "context"),
-    ("audit longer than the context", lambda t, o, a: audit(t, "tiny-gpt2", a) + ["--out", o, "--set", "train.max_length=5000"], "exceeds tiny-gpt2's context"),
-    ("missing adapter directory", lambda t, o, a: audit(t, "tiny-gpt2", t / "nowhere") + ["--out", o], "nowhere"),
-    ("adapter for another base", lambda t, o, a: audit(t, "tiny-llama", a) + ["--out", o], "base"),
-    ("corrupted safetensors", lambda t, o, a: audit(t, "tiny-gpt2", corrupted(t, a)) + ["--out", o], "safetensors"),
+    ("audit longer than the context", lambda t, o, a: audit(t, "tiny-gpt2", a) + ["--out", str(t / "audits"), "--set", "train.max_length=5000"], "exceeds tiny-gpt2's context"),
+    ("missing adapter directory", lambda t, o, a: audit(t, "tiny-gpt2", t / "nowhere") + ["--out", str(t / "audits")], "nowhere"),
+    ("adapter for another base", lambda t, o, a: audit(t, "tiny-llama", a) + ["--out", str(t / "audits")], "base"),
+    ("corrupted safetensors", lambda t, o, a: audit(t, "tiny-gpt2", corrupted(t, a)) + ["--out", str(t / "audits")], "safetensors"),
+    ("export-split of no such cell", lambda t, o, a: ["export-split", o, "tiny-gpt2__nope", "--to", str(t / "x")],
+     "no finished cell tiny-gpt2__nope in"),
+    ("audit into a folder of cells", lambda t, o, a: audit(t, "tiny-gpt2", a) + ["--out", o],
+     "holds cells run one at a time (privauditor cell); audits go to a folder of their own"),
+    ("members a folder", lambda t, o, a: ["audit", "--model", "tiny-gpt2", "--members", str(t), "--nonmembers",
+                                          records(t, 12, "n.jsonl", "other"), "--out", o], "is a folder: name one"),
     ("output dir is a file", lambda t, o, a: CELL + ["--out", write(t / "file.out", "x")], "file.out"),
     ("incompatible results dir", lambda t, o, a: CELL + ["--out", str(old_results(t))], "results format 0, this privauditor writes"),
     ("malformed --set", lambda t, o, a: CELL + ["--out", o, "--set", "split.members"], "expects key=value"),
@@ -242,7 +250,24 @@ YAML_CASES = [
     ("--set into a number", validate(MATRIX, "--set", "train.epochs.x=5"), "cell.train.epochs must be int or null, not {'x': 5}"),
 ]  # fmt: skip
 
+
 # (case, argv builder (tmp, results, store) -> argv, fragment of the one-line error)
+def tampered(tmp, results) -> str:
+    """A copy of ``results`` whose cell's ``loss`` AUC reads 1.7."""
+    copy = Path(shutil.copytree(results, tmp / "tampered"))
+    (metrics,) = copy.glob("cells/*/metrics.json")
+    data = json.loads(metrics.read_text())
+    metrics.write_text(json.dumps(data | {"loss": data["loss"] | {"auc": 1.7}}))
+    return str(copy)
+
+
+def foreign(tmp, results) -> str:
+    """A copy of ``results`` without its marker: a ``cells/`` folder privauditor did not write."""
+    copy = Path(shutil.copytree(results, tmp / "foreign"))
+    (copy / "privauditor.json").unlink()
+    return str(copy)
+
+
 COMMANDS = [
     ("plan unknown shipped sweep", lambda t, r, s: ["plan", "smok"], "did you mean 'smoke'"),
     ("plan --cluster missing", plan("--cluster", "aw"), "cluster file 'aw' does not exist"),
@@ -301,6 +326,9 @@ COMMANDS = [
     ("report non-results folder", lambda t, r, s: ["report", str(t)], "is not a results folder (no cells/ inside)"),
     ("report old results format", lambda t, r, s: ["report", str(old_results(t))], "results format 0, this privauditor reads"),
     ("report URI pyarrow cannot open", lambda t, r, s: ["report", "nope://results"], "cannot open results nope://results"),
+    ("report a tampered AUC", lambda t, r, s: ["report", tampered(t, r)], "loss auc = 1.7 is outside [0, 1]"),
+    ("report a folder privauditor did not write", lambda t, r, s: ["report", foreign(t, r)],
+     "has no privauditor.json: privauditor did not write this folder"),
     ("report --attack unknown", lambda t, r, s: ["report", r, "--attack", "los"], "--attack: unknown attack 'los'; did you mean 'loss'"),
     ("report --attack not run", lambda t, r, s: ["report", r, "--attack", "min_k"], "ran it (they ran blind, loss, zlib)"),
     ("report --against non-results folder", lambda t, r, s: ["report", r, "--against", str(t)], "is not a results folder"),
@@ -356,6 +384,11 @@ COMMANDS = [
 
 # (case, argv, fragment of argparse's last line): argparse's own usage errors, a usage line and the error
 ARGPARSE_CASES = [
+    (
+        "run --max-concurrent 0",
+        ["run", "smoke", "--max-concurrent", "0"],
+        "argument --max-concurrent: 0 cells at once",
+    ),
     ("board build without --out", ["board", "build", "store"], "the following arguments are required: --out"),
     ("board unknown action", ["board", "nuke", "store"], "invalid choice: 'nuke'"),
     ("publish without a folder", ["publish"], "the following arguments are required: dir"),
@@ -490,3 +523,23 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     finally:
         os.close(write)
     assert done.returncode == 141 and done.stderr == b"", done.stderr.decode()[-300:]
+
+
+def test_a_cache_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
+    """``$PRIVAUDITOR_CACHE`` naming a file: one line naming it, not a traceback from deep in a model load."""
+    from privauditor.tasks.infra.cache import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, write(tmp_path / "cache", "x"))
+    assert main([*CELL, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"${CACHE_ENV}={tmp_path / 'cache'} is a file" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "no-port-here"])
+def test_an_address_nothing_listens_at_is_one_line_and_leaves_no_results_folder(address, tmp_path, capsys):
+    """A wrong ``--address``: one line at once (not Ray's retries, then a traceback), and no stub folder."""
+    assert main(["run", sweep_file(tmp_path), "--out", str(tmp_path / "new"), "--address", address]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and (f"--address {address}" in err or f"at {address}" in err), err
+    assert not (tmp_path / "new").exists()

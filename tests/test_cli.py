@@ -58,3 +58,39 @@ def test_listings_fit_a_terminal_and_say_what_they_show(capsys):
     assert " 0.0 " not in models and "<1.5M" in models  # GPU counts as counts; tiny bases sized
     assert main(["ls", "adaptations"]) == 0
     assert "default epochs: used only where a cell sets neither" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_metrics_table_reads_the_tpr_at_0_false_positives_where_a_fixed_fpr_cannot_be_measured():
+    """With 80 non-members neither fixed FPR can be measured: a column gives each attack's TPR at 0 false
+    positives with its interval, a footnote the FPR that 0 of 80 bound (3.7 %), a skipped attack's reason
+    goes below the table; with 2,000 non-members every rate is measured and the column is not there."""
+    import numpy as np
+
+    from privauditor.orchestrator.tables import metrics_table
+    from privauditor.tasks.stats.metrics import attack_metrics
+
+    rng = np.random.default_rng(0)
+    few = np.r_[np.ones(40, bool), np.zeros(80, bool)]
+    metrics = {
+        "loss": attack_metrics(few, rng.normal(size=120) + 2 * few, resamples=20),
+        "zlib": attack_metrics(few, rng.normal(size=120), resamples=20),
+        "reference": {"skipped": "no reference model: a full checkpoint needs --reference"},
+    }
+    table = metrics_table(metrics)
+    header, _, *lines = table.splitlines()
+    assert "TPR@0FP [95% CI]" in header and "eps" not in header  # no attack has an ε bound
+    m = metrics["loss"]
+    assert m["tpr_at_1pct_fpr"] is None and m["tpr_at_0fp"] is not None
+    low, high = m["tpr_at_0fp_ci"]
+    (loss,) = [line for line in lines if line.startswith("loss ")]
+    assert loss.split()[4:6] == ["-", "-"] and f"{m['tpr_at_0fp']:.3f} [{low:.3f}, {high:.3f}]" in loss
+    assert "members scored above all 80 non-members" in table and "FPR <= 3.7 %" in table
+    assert lines[-1] == "reference skipped: no reference model: a full checkpoint needs --reference"
+    assert max(map(len, table.splitlines())) <= 100
+
+    many = np.r_[np.ones(200, bool), np.zeros(2000, bool)]
+    measured = {
+        "loss": attack_metrics(many, rng.normal(size=2200) + many, resamples=20) | {"eps_ceiling": 2.0}
+    }
+    plain = metrics_table(measured)
+    assert "TPR@0FP" not in plain and "eps >= (ceiling)" in plain and len(plain.splitlines()) == 3

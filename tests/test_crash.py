@@ -123,6 +123,7 @@ def test_sigint_stops_cleanly_and_keeps_what_finished(tmp_path):
     assert proc.wait(timeout=120) == 130
     printed = (tmp_path / "results.log").read_text()
     assert "interrupted: 1 cells not finished" in printed
+    assert "1 cells ran, 0 failed, 1 stopped" in printed  # the stopped cell is not counted as run
     assert gone(proc.pid), "Ray was not shut down"
     assert (out / "cells" / LORA / "INTERRUPTED").exists() and not (out / "cells" / LORA / "DONE").exists()
     assert pq.read_table(out / "leaderboard.parquet").num_rows == 3  # the cell that finished

@@ -272,10 +272,12 @@ def test_publish_writes_both_exports_without_sample_text(tmp_path, monkeypatch):
     field the exports do not name appear in no exported byte."""
     from privauditor.orchestrator.report import leaderboard
     from privauditor.orchestrator.report.publish import publish
+    from privauditor.tasks.infra.results import check_results_dir
 
     results, public = tmp_path / "results", tmp_path / "public"
     found = [r | {"sample_id": f"client-{CANARY.format(i)}", "text": f"Client {CANARY.format(i)} owes $1037."}
              for i, r in enumerate(rows())]  # fmt: skip
+    check_results_dir(results)  # publish reads only folders privauditor wrote
     for cell_id in {r["cell_id"] for r in found}:
         cell = results / "cells" / cell_id
         cell.mkdir(parents=True)

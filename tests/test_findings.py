@@ -18,6 +18,7 @@ from privauditor.orchestrator.report.findings import findings
 from privauditor.orchestrator.report.plots import pareto
 from privauditor.orchestrator.report.summary import final
 from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.infra.results import check_results_dir
 from privauditor.tasks.spec.config import cell_config
 
 LEVELS = {"none": 0.50, "prompt": 0.53, "lora": 0.60, "full": 0.70, "head": 0.76}
@@ -50,6 +51,7 @@ def synthetic(out, seeds=(0,)):
                             "trainable_fraction": 0.4 if name == "head" else 1.0 if name == "full" else 0.02,
                         })  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
+    check_results_dir(out)  # the marker: report reads only folders privauditor wrote
     hypothesis = {"attack": "loss", "checkpoint": "last", "classes": CLASSES,
                   "order": ["prompt_based", "adapters", "full", "head"], "formed_on": {"seeds": [0]}}  # fmt: skip
     (out / "sweep.yaml").write_text(yaml.safe_dump({"name": "synthetic", "hypothesis": hypothesis}))

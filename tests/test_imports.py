@@ -27,9 +27,10 @@ def modules() -> dict[str, Path]:
 #: The folders' layers, bottom first: a folder imports its own modules and those of lower layers only, never
 #: a folder of its own layer or above. In ``tasks/``: infrastructure at the floor, then statistics and the
 #: plugin rooms that need no model pass, the data and training, the model passes, the views and attacks
-#: that read them, the spec that resolves every plugin, the cell that runs a spec, and the audit. The sweep
-#: file and the results store are the orchestrator's floor; run, report, plan and board stand on them; the
-#: Python API and the command line on top.
+#: that read them, the spec that resolves every plugin, the cell that runs a spec, and the audit (the results
+#: store, ``tasks/infra/results.py``, is at the floor of all). The sweep file and the W&B mirror are the
+#: orchestrator's floor; run, report, plan and board stand on them; the Python API and the command line on
+#: top.
 LAYERS = (
     ("tasks", "tasks.infra"),
     ("tasks.stats", "tasks.datasets", "tasks.models"),
@@ -42,7 +43,7 @@ LAYERS = (
     ("tasks.spec",),
     ("tasks.cell",),
     ("tasks.audit",),
-    ("orchestrator.sweepfile", "orchestrator.store"),
+    ("orchestrator.sweepfile", "orchestrator.tracking"),
     ("orchestrator.tables",),
     ("orchestrator.report", "orchestrator.plan"),
     ("orchestrator.run",),

@@ -3,6 +3,9 @@ when there are several."""
 
 from __future__ import annotations
 
+import types
+import typing
+
 import pytest
 
 from privauditor.orchestrator.report.formats import markdown_table
@@ -85,3 +88,18 @@ def test_every_technique_has_a_colour_and_marker_of_its_own_in_every_figure():
     plain, private = technique_style("full"), technique_style("full+dp-e1")
     assert private["color"] == plain["color"] and private["linestyle"] == "--" != plain["linestyle"]
     assert private["marker"] != plain["marker"] and technique_style("lora") == technique_style("lora")
+
+
+def test_the_row_type_names_the_schema_columns_in_order_with_their_kinds():
+    """``Row`` (what the type checker reads) and ``ROW`` (what builds the files) are written apart: a
+    column added to one and not the other, moved, or of another kind fails here."""
+    from privauditor.orchestrator.report.row_schema import KINDS, ROW, Row
+
+    python = {"string": str, "int": int, "float": float, "bool": bool}
+    assert set(python) == set(KINDS)
+    hints = typing.get_type_hints(Row)
+    assert list(hints) == [c.name for c in ROW]
+    for column in ROW:
+        hint = hints[column.name]
+        given = set(typing.get_args(hint)) if isinstance(hint, types.UnionType) else {hint}
+        assert given - {type(None)} == {python[column.kind]}, (column.name, column.kind, hint)

@@ -101,6 +101,16 @@ def test_inference_picks_the_value_the_model_prefers_among_its_kind():
     few = inference(Prefers(), examples[:3], stored[:3], member[:3], pii_patterns("finance"), 5, 0, 512, 8)
     assert few["fields"] < found["fields"] / 4  # three records hold too few values of a kind for 4 decoys
 
+    class Scoresnothing(Prefers):  # records with no field at all: nothing to score, no call to score
+        def score(self, chosen, max_length, batch_size, moments=True):
+            assert chosen, "scored an empty list (a tokenizer raises on it)"
+            return super().score(chosen, max_length, batch_size, moments)
+
+    none = inference(
+        Scoresnothing(), examples[:1], stored[:1], member[:1], {"x": "no such field"}, 5, 0, 512, 8
+    )
+    assert none["fields"] == 0 and none["too_few_decoys"] == 0
+
 
 PERSON = {"person": r"(?:Paid|to) ([A-Z][a-z]+ [A-Z][a-z]+\d+)"}
 

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.report.row_schema import columns
-from privauditor.orchestrator.store.tracking import log_cell, log_leaderboard
 from privauditor.orchestrator.sweepfile.sweep import WandbSettings
+from privauditor.orchestrator.tracking import log_cell, log_leaderboard
 from privauditor.tasks.infra.results import checkpoint_results
 
 CANARY = "QZXV{:03d}CANARY"

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import yaml
 
 from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.sweepfile.sweep import SWEEPS_DIR, load_sweep, parse_sweep
 from privauditor.tasks.adaptations import ADAPTATIONS
-from privauditor.tasks.attacks import ATTACKS
+from privauditor.tasks.attacks import ATTACKS, Attack
 from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.spec.config import cell_config
 
@@ -53,7 +55,7 @@ def test_shipped_sweeps_validate_and_the_default_keeps_what_it_must():
     lowfpr, second = load_sweep("lowfpr"), load_sweep("lowfpr_opt")
     assert all(c.split.nonmembers >= 1000 for c in lowfpr.cells + second.cells)
     assert len({c.model for c in lowfpr.cells + second.cells}) >= 2  # two bases
-    assert all(set(c.attacks) == set(ATTACKS.names()) for c in lowfpr.cells)  # every attack
+    assert all(c.attacks == tuple(ATTACKS.names()) for c in lowfpr.cells)  # every attack (`attacks: all`)
     assert {"ezmia", "wbc", "reference", "loss"} <= set(second.cells[0].attacks)
     canaries = load_sweep("canaries")
     assert all(c.split.canaries is not None and len(c.split.canaries.repeats) >= 4 for c in canaries.cells)
@@ -107,6 +109,37 @@ def test_numbers_are_numbers_however_they_are_written(tmp_path):
     assert "\n" not in str(error.value)
 
 
+@dataclass
+class LowestToken(Attack):
+    """The lowest per-token log-probability: a plugin registered for one test only."""
+
+    name = "toy_lowest"
+    paper = "https://example.org/toy"
+
+    def score(self, views):
+        return np.array([float(np.min(lp)) for lp in views["signals"].logp])
+
+
+def test_attacks_all_is_every_registered_attack_sorted_plugins_included():
+    """``attacks: all`` (the sweep's, or an override's as a list of one) takes a plugin registered now."""
+    data = BASE | {
+        "attacks": "all",
+        "split": {"population": 16, "known_members": 16},  # what rmia, camia and con_recall read
+        "overrides": [{"adaptation": "prompt", "attacks": ["loss"]}, {"seed": 1, "attacks": ["all"]}],
+    }
+    ATTACKS.add(LowestToken.name, LowestToken)
+    try:
+        every = tuple(ATTACKS.names())
+        sweep = parse_sweep(data)
+    finally:
+        ATTACKS.remove(LowestToken.name)
+    assert LowestToken.name in every and LowestToken.name not in ATTACKS.names()
+    assert list(every) == sorted(every) and every[-1] != LowestToken.name  # sorted, not appended
+    ran = {(c.adaptation, c.seed): c.attacks for c in sweep.cells}
+    assert ran[("lora", 0)] == ran[("prompt", 1)] == every and ran[("prompt", 0)] == ("loss",)
+    assert sweep.resolved([])["attacks"] == list(every) and data["attacks"] == "all"  # the file's data kept
+
+
 def test_run_block_takes_fractional_gpus():
     assert parse_sweep(BASE | {"run": {"gpus_per_trial": 0.5}}).run.gpus_per_trial == 0.5
     assert parse_sweep(BASE).run.gpus_per_trial == "auto"
@@ -134,6 +167,11 @@ def test_exclude_drops_matching_cells():
         (BASE | {"matrix": {"models": ["tiny-llama"]}}, "did you mean 'model'"),
         (BASE | {"matrix": BASE["matrix"] | {"model": ["tiny-lama"]}}, "did you mean 'tiny-llama'"),
         (BASE | {"attacks": ["loss", "zlibb"]}, "did you mean 'zlib'"),
+        (BASE | {"attacks": ["all", "loss"]}, r"^sweep: attacks is either all .* not both"),
+        (
+            BASE | {"overrides": [{"seed": 1, "attacks": ["loss", "all"]}]},
+            r"overrides\[0\]\.attacks is either all",
+        ),
         (BASE | {"split": {"members": "many"}}, "must be int"),
         (
             BASE | {"train": {"lr": "3e-4"}},

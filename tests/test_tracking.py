@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import struct
 
-from privauditor.orchestrator.store.tracking import log_cell, log_leaderboard
 from privauditor.orchestrator.sweepfile.sweep import WandbSettings
+from privauditor.orchestrator.tracking import log_cell, log_leaderboard
 
 RECORD = {"cell_id": "tiny-gpt2__lora__climate__s0__0123abcd", "config": {"model": "tiny-gpt2", "train": {"lr": 0.003}},
           "utility_loss": 6.1, "trainable_params": 8192}  # fmt: skip

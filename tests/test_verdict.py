@@ -11,6 +11,9 @@ from scipy.stats import mannwhitneyu
 
 from privauditor.orchestrator.cli import main
 from privauditor.tasks.audit.verdict import attack_tests, conclusion, detectable_auc
+from privauditor.tasks.cell.run import run_cell
+from privauditor.tasks.datasets import load_dataset
+from privauditor.tasks.spec.config import cell_config
 from privauditor.tasks.stats.metrics import auc_from_ranks
 
 from .test_audit import audit_argv
@@ -28,6 +31,7 @@ def test_attack_tests_are_the_aucs_and_holm_over_one_sided_rank_tests():
     for name, (m, s) in scores.items():
         assert found[name]["auc"] == pytest.approx(auc_from_ranks(m, s))
         assert found[name]["p"] == pytest.approx(mannwhitneyu(s[m], s[~m], alternative="greater").pvalue)
+        assert found[name]["p_lower"] == pytest.approx(mannwhitneyu(s[m], s[~m], alternative="less").pvalue)
     # Holm's step-down by hand: the k-th smallest p times (3 - k), made monotone, capped at 1
     order = sorted(found, key=lambda n: found[n]["p"])
     running = 0.0
@@ -35,6 +39,12 @@ def test_attack_tests_are_the_aucs_and_holm_over_one_sided_rank_tests():
         running = max(running, min(1.0, (3 - k) * found[name]["p"]))
         assert found[name]["p_holm"] == pytest.approx(running)
     assert found["strong"]["p_holm"] < 0.05 < found["none"]["p_holm"]
+    lower = sorted(found, key=lambda n: found[n]["p_lower"])  # the other tail: a family of its own
+    running = 0.0
+    for k, name in enumerate(lower):
+        running = max(running, min(1.0, (3 - k) * found[name]["p_lower"]))
+        assert found[name]["p_lower_holm"] == pytest.approx(running)
+    assert found["strong"]["p_lower_holm"] == pytest.approx(1.0)
 
 
 def test_the_detectable_auc_has_the_stated_power_by_simulation():
@@ -94,9 +104,73 @@ def test_no_attack_run_is_no_verdict():
     found = {
         "attacks": {},
         "leakage": False,
+        "reversed": [],
         "shift": None,
         "detectable_auc": 0.7,
         "nonmembers_from": "held-out",
     }
     lines = conclusion(found)
     assert lines[0].startswith("No attack ran") and "No leakage detected" not in " ".join(lines)
+
+
+@pytest.fixture(scope="module")
+def leaking(tmp_path_factory):
+    """A cell that memorised its members (full fine-tuning, 10 epochs: every attack's AUC near 1) and its
+    split as member and non-member files, by ``privauditor export-split``."""
+    tmp = tmp_path_factory.mktemp("leaking")
+    config = cell_config(
+        {"model": "tiny-gpt2", "adaptation": "full", "dataset": "climate"},
+        ["split={members: 20, nonmembers: 20, validation: 4}", "train.epochs=10", "score.bootstrap=50",
+         "attacks=[loss,zlib,min_k]"],
+    )  # fmt: skip
+    outcome = run_cell(config, tmp / "cells")
+    assert main(["export-split", str(tmp / "cells"), outcome.cell_id, "--to", str(tmp / "split")]) == 0
+    (split_file,) = (tmp / "cells" / "shared" / "splits").glob("*.json")
+    ids, by_id = (
+        json.loads(split_file.read_text()),
+        {e.sample_id: e for e in load_dataset("climate").examples},
+    )
+    for part in ("members", "nonmembers", "validation"):  # the cell's own records, as it trained them
+        rows = [json.loads(line) for line in (tmp / "split" / f"{part}.jsonl").read_text().splitlines()]
+        assert [r["id"] for r in rows] == ids[part]
+        assert all((r["prompt"], r["target"]) == (by_id[r["id"]].prompt, by_id[r["id"]].target) for r in rows)
+    assert not (tmp / "split" / "population.jsonl").exists()  # an empty part: no file
+    return tmp, outcome.path / "adapter", tmp / "split" / "members.jsonl", tmp / "split" / "nonmembers.jsonl"
+
+
+def audit_of(leaking, out, *extra, swap=False, adapter=True):
+    tmp, saved, members, nonmembers = leaking
+    files = (nonmembers, members) if swap else (members, nonmembers)
+    argv = [*audit_argv("tiny-gpt2", *files, tmp / out), "--set", "attacks=[loss,zlib,min_k]"]
+    return main(
+        [*argv, *(["--adapter", str(saved)] if adapter else []), "--nonmembers-from", "held-out", *extra]
+    )
+
+
+def test_swapped_files_are_members_scoring_lower_never_nothing_detected(leaking, capsys):
+    """The member and non-member files exchanged on a model that memorised its members: every attack ranks
+    the 'members' below chance, which the other tail of the test reports; ``--fail-on shift`` exits 4."""
+    assert audit_of(leaking, "swapped", swap=True) == 0
+    printed = capsys.readouterr().out
+    assert "verdict: REVERSED" in printed and "NOTHING DETECTED" not in printed
+    assert "Members score lower than non-members" in printed and "look swapped" in printed
+    (audit_dir,) = (leaking[0] / "swapped" / "cells").glob("audit__*")
+    found = json.loads((audit_dir / "verdict.json").read_text())
+    assert found["reversed"] == ["loss", "min_k", "zlib"] and not found["leakage"]
+    for test in found["attacks"].values():
+        assert test["auc"] < 0.2 and test["p_lower_holm"] < 0.05 < test["p_holm"]
+    assert audit_of(leaking, "swapped", "--fail-on", "shift", swap=True) == 4  # found done: the same verdict
+    assert audit_of(leaking, "swapped", "--fail-on", "leakage", swap=True) == 0
+
+
+def test_fail_on_leakage_exits_3_on_the_leaking_model_and_0_on_its_base_with_one_json_object(leaking, capsys):
+    capsys.readouterr()
+    assert audit_of(leaking, "leaks", "--fail-on", "leakage", "--json") == 3
+    printed = capsys.readouterr()
+    found = json.loads(printed.out)  # stdout is the one object; the tables went to stderr
+    assert found["finding"] == "leakage" and found["exit_code"] == 3
+    assert set(found["attacks"]) == {"loss", "zlib", "min_k"} and found["attacks"]["loss"]["auc"] > 0.9
+    assert found["attacks"]["loss"]["p_holm"] < 0.05 and "verdict: LEAKAGE" in printed.err
+    assert audit_of(leaking, "base", "--fail-on", "any", "--json", adapter=False) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert base["finding"] == "nothing detected" and base["exit_code"] == 0

@@ -144,12 +144,12 @@ def add(results: str | Path, location: str | Path, supersedes: list[str] | None 
 def _add_attempts(results: str | Path, store: Store) -> None:
     """The results folder's confirmatory attempts (``hypothesis_attempts.jsonl``), one immutable file each
     under ``attempts/<hypothesis>/<cells>.json``: the board counts a hypothesis's attempts over every run."""
-    from privauditor.orchestrator.store.storage import Results
     from privauditor.orchestrator.sweepfile.hypothesis import ATTEMPTS, read_attempts
+    from privauditor.tasks.infra.results import Results
 
     found = Results.at(results)
     if not found.fetch(ATTEMPTS):
         return
-    for entry in read_attempts(found.local / ATTEMPTS):
+    for entry in read_attempts(found.root / ATTEMPTS):
         data = json.dumps(entry, sort_keys=True).encode()
         store.write_new(f"attempts/{entry['hypothesis']}/{entry['cells']}.json", data, exist_ok=True)

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.infra.cache import stable_hash
 from privauditor.tasks.infra.errors import PrivauditorError
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 from privauditor.tasks.spec.resolved import setting_of
 
 from ..report.row_schema import columns, record_fields
@@ -115,7 +116,7 @@ def run_id(results: Any) -> str:
     """The results folder's run id (``privauditor.json``), given to a folder written before run ids."""
     from privauditor.tasks.infra.files import write_json
 
-    marker = results.local / "privauditor.json"
+    marker = results.root / "privauditor.json"
     if not results.fetch("privauditor.json"):
         raise PrivauditorError(f"{results.uri} has no privauditor.json: not a results folder")
     found = json.loads(marker.read_text())
@@ -131,25 +132,28 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
     (``privauditor audit``) are not benchmark cells and are left out (a folder of audits only is refused).
     ``supersedes`` maps (model, technique, dataset, seed, step) to the key of a record these replace."""
     from privauditor.orchestrator.report.leaderboard import rows
-    from privauditor.orchestrator.store.storage import Results
 
     results = Results.at(location)
     results.check_readable()  # before run_id gives an older folder a run id
     run = run_id(results)
     results.pull_summaries()
     by_cell: dict[tuple[str, Any], list[dict[str, Any]]] = {}
-    for row in rows(results.local):
+    for row in rows(results.root):
         by_cell.setdefault((row["cell_id"], row["step"]), []).append(row)
-    cells = {c: ResultsFolder(results.local).cell(c).record() for c, _ in by_cell}
+    cells = {c: results.cell(c).record() for c, _ in by_cell}
     audits = {c for c, cell in cells.items() if "audit" in cell}
     if audits and audits == set(cells):
         raise PrivauditorError(
             f"{location} holds audits of a user's own model ({len(audits)}), not benchmark cells: the board "
             "compares benchmark runs; an audit's result is its own report"
         )
+    if audits:  # a third-party audit beside benchmark cells is left out of the board: said, not silent
+        shown = ", ".join(sorted(audits)[:3]) + (" ..." if len(audits) > 3 else "")
+        print(f"skipped {len(audits)} audit(s) of a user's own model ({shown}): the board compares benchmark "
+              "cells; an audit's result is its own report", file=sys.stderr)  # fmt: skip
     records = []
     for (cell_id, step), found in by_cell.items():
-        if cell_id in audits:  # a third-party audit beside benchmark cells is left out of the board
+        if cell_id in audits:
             continue
         cell = cells[cell_id]
         checkpoint = next(c for c in cell["checkpoints"] if c["step"] == step)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from privauditor.tasks.infra.errors import PrivauditorError
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 
 from .work import SHARED, UNITS, CellWork, cell_work
 
@@ -47,7 +47,7 @@ def finished_cells(results: str | Path, option: str = "") -> list[Finished]:
         raise PrivauditorError(f"{named} is not a results folder ({why})")
     check_results_format(Path(results))  # read, never written: no marker is made
     cells, order = [], []
-    for cell in ResultsFolder(results).cells():
+    for cell in Results(results).folders():
         record = cell.record()
         best = next((i for i, c in enumerate(record.get("checkpoints", [])) if c.get("best")), None)
         spec = CellSpec.from_dict(record["config"])

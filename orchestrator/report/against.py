@@ -18,7 +18,6 @@ base's and the tiny bases') order the techniques alike, not why.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 from scipy.stats import kendalltau, rankdata
@@ -26,35 +25,38 @@ from scipy.stats import kendalltau, rankdata
 from . import blocks as blk
 from .battery import battery_of
 from .formats import markdown_table
+from .row_schema import Row
 
 #: the AUC a technique's members must reach to count as identifiable
 CANARY_AUC = 0.95
 
 
-def first_epochs(rows: list[dict[str, Any]], attack: str, level: float = CANARY_AUC) -> dict[str, dict]:
+def first_epochs(
+    rows: list[Row], attack: str, level: float = CANARY_AUC
+) -> dict[str, dict[blk.Block, float | None]]:
     """technique → block → the first checkpoint epoch whose seed-mean AUC is ≥ ``level`` (None where
     none is), over the undefended rows of ``attack``."""
-    found: dict[str, dict] = {}
+    found: dict[str, dict[blk.Block, float | None]] = {}
     for block, techniques in blk.trajectories(rows, attack).items():
         for technique, seeds in techniques.items():
             by_epoch: dict[float, list[float]] = defaultdict(list)
             for points in seeds.values():
                 for row in points:
-                    by_epoch[float(row["epoch"])].append(float(row["auc"]))
+                    by_epoch[float(blk.measured(row, "epoch"))].append(float(blk.measured(row, "auc")))
             reached = [e for e, aucs in sorted(by_epoch.items()) if np.mean(aucs) >= level]
             found.setdefault(technique, {})[block] = reached[0] if reached else None
     return found
 
 
-def _epochs(by_block: dict, blocks: list) -> str:
+def _epochs(by_block: dict[blk.Block, float | None], blocks: list[blk.Block]) -> str:
     """One entry per block, in ``blocks`` order ('-': never reached, '?': not run there)."""
     values = [by_block.get(b, "?") for b in blocks]
     return " / ".join("-" if v is None else v if v == "?" else f"{v:g}" for v in values)
 
 
 def against(
-    here: list[dict[str, Any]],
-    there: list[dict[str, Any]],
+    here: list[Row],
+    there: list[Row],
     names: tuple[str, str],
     attack: str = "loss",
     view: str = "last",

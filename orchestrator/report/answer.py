@@ -22,13 +22,16 @@ from . import ranking
 from .battery import ALPHA, Battery, diagram
 from .formats import markdown_table
 from .headline import RANK_HEADER, auc_text, rank_text
+from .row_schema import Row
 
 
 def _p(value: float) -> str:
     return f"{value:.2g}"
 
 
-def class_effects(out: Path, found: Battery, picked: dict, hypothesis: Any) -> list[dict[str, Any]]:
+def class_effects(
+    out: Path, found: Battery, picked: blk.Picked[Row], hypothesis: Any
+) -> list[dict[str, Any]]:
     """Per adjacent pair of the hypothesis's classes (lower, higher): the random-effects pooled paired
     DeLong difference ``mean AUC(higher) - mean AUC(lower)`` over the battery's blocks, Holm over pairs.
 
@@ -56,10 +59,11 @@ def class_effects(out: Path, found: Battery, picked: dict, hypothesis: Any) -> l
                 )
                 for s in seeds
             ]
-            if not runs or any(r is None or r[1] <= 0 for r in runs):
+            read = [r for r in runs if r is not None]
+            if not runs or len(read) < len(runs) or any(variance <= 0 for _, variance in read):
                 skipped += 1
                 continue
-            per_block.append((np.mean([r[0] for r in runs]), sum(r[1] for r in runs) / len(runs) ** 2))
+            per_block.append((np.mean([r[0] for r in read]), sum(r[1] for r in read) / len(read) ** 2))
         if per_block:
             pooled_pairs.append((low, high, skipped, per_block))
     level = 1 - ALPHA / max(1, len(pooled_pairs))  # Bonferroni over the pairs
@@ -186,7 +190,7 @@ def _pairs(out: Path, found: Battery, attack: str, view: str, verdicts: dict[str
 
 
 def _effects(
-    out: Path, found: Battery, picked: dict, hypothesis: Any, verdicts: dict[str, list[str]]
+    out: Path, found: Battery, picked: blk.Picked[Row], hypothesis: Any, verdicts: dict[str, list[str]]
 ) -> list[str]:
     effects = class_effects(out, found, picked, hypothesis)
     if not effects:

@@ -1,9 +1,12 @@
 """An audit's report: one self-contained HTML page (``templates/audit_report.html.j2``) and its PDF.
 
 It names the audited model, adapter and files by identity (hashes, sizes, record counts), never by their
-text: no member or non-member text, id or per-record score enters the page. It gives the verdict and its
-plain-language conclusion first, then each threat model's strongest attack with its AUC interval and TPR
-at low false-positive rates, the controls, the limits of what was measured, and what to do next.
+text: no member or non-member text enters the page; of single records only the most exposed members' ids
+and scores do. It gives the verdict and its plain-language conclusion first, then the configuration
+(``audit_sections.py``), each threat model's strongest attack with its AUC interval and TPR at low
+false-positive rates (at 0 false positives where a fixed FPR cannot be measured) and its scores'
+histograms, the most exposed members, the controls, the limits of what was measured, what to do next and
+a block to sign.
 The PDF is Chromium's (or Chrome's) headless print of the page; without a browser only the HTML is
 written.
 """
@@ -19,7 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.infra.files import write_text
+from privauditor.tasks.infra.results import CellFolder, Results
+from privauditor.tasks.stats.metrics import fpr_upper_bound
 
+from . import audit_sections as sections
 from .formats import tpr_text
 from .row_schema import access_of, tpr_fields
 
@@ -46,6 +52,7 @@ def _attack_row(attack: str, m: dict[str, Any], test: dict[str, float]) -> dict[
         "auc_value": m["auc"],
         "tpr_01": tpr_text(row, "tpr_at_0.1pct_fpr"),
         "tpr_1": tpr_text(row, "tpr_at_1pct_fpr"),
+        "tpr_0fp": tpr_text(row, "tpr_at_0fp"),
         "p": _number(test.get("p")),
         "p_holm": _number(test.get("p_holm")),
     }
@@ -105,7 +112,9 @@ def _limits(record: dict[str, Any], verdict: dict[str, Any], attacks: list[str])
         f"is {could}."
         + (
             f" TPR at {' and '.join(unread)} cannot be read with fewer than "
-            f"{1000 if len(unread) == 2 else 100} non-members."
+            f"{1000 if len(unread) == 2 else 100} non-members: the tables give the TPR at 0 false positives "
+            f"instead, which 0 false positives of {n_n} bound to an FPR of at most "
+            f"{sections.percent(fpr_upper_bound(0, n_n))} (one-sided 95 %)."
             if unread
             else ""
         ),
@@ -117,7 +126,7 @@ def _limits(record: dict[str, Any], verdict: dict[str, Any], attacks: list[str])
             f"Model size: {record['total_params']:,} parameters. Larger models memorise more of what they "
             "read; figures on this model do not transfer to larger ones."
         )
-    origin = verdict.get("nonmembers_from")
+    origin = str(verdict.get("nonmembers_from"))  # None: not stated
     found.append(
         {"held-out": "The non-members were held out at random before training, as the AUCs require.",
          "collected": "The non-members were collected after training: a difference in how the files were "
@@ -129,6 +138,10 @@ def _limits(record: dict[str, Any], verdict: dict[str, Any], attacks: list[str])
 
 def _next_steps(record: dict[str, Any], verdict: dict[str, Any], finding: str) -> list[str]:
     steps = []
+    if finding == "reversed":
+        steps.append("Check that --members names the records the model was trained on and --nonmembers the "
+                     "others; if they are right, the files differ in distribution: draw the non-members at "
+                     "random from the same data, before training.")  # fmt: skip
     if finding == "shift":
         steps.append("Draw the non-members at random from the same data as the members, before training, and "
                      "audit again: no leakage verdict is possible on files that differ.")  # fmt: skip
@@ -153,8 +166,8 @@ def _extraction(record: dict[str, Any]) -> tuple[list[list[str]], str]:
         return [], ""
 
     def rate(where: dict[str, Any], key: str) -> str:
-        ci = where.get(f"{key}_ci")
-        return "-" if where.get(key) is None else f"{where[key]:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+        value, ci = where.get(key), where.get(f"{key}_ci") or (None, None)
+        return "-" if value is None else f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
 
     sides = ("members", "nonmembers", "difference")
     rows = [[label] + [rate(found, f"{kind}_{side}") for side in sides]
@@ -214,44 +227,79 @@ def render(result: Any) -> str:
 
     record, verdict = result.record, result.verdict
     stamp = record.get("versions", {})  # the versions that ran the audit
+    written = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    version = " ".join(filter(None, (stamp.get("privauditor", "?"), stamp.get("privauditor_git"))))
     rows = [
         _attack_row(a, m, verdict["attacks"].get(a, {}))
         for a, m in sorted(result.metrics.items())
         if "auc" in m
     ]
-    strongest = []
-    for access in THREAT_MODELS:
-        candidates = [r for r in rows if r["access"] == access]
-        if candidates:
-            r = max(candidates, key=lambda r: r["auc_value"])
-            strongest.append([r["access"], r["attack"], r["auc"], r["tpr_01"], r["tpr_1"], r["p_holm"]])
+    strongest = [
+        max(candidates, key=lambda r: r["auc_value"])
+        for access in THREAT_MODELS
+        if (candidates := [r for r in rows if r["access"] == access])
+    ]
+    zero = sections.zero_fp(result.metrics)
     finding = {
         "shift": "The two files differ in distribution: no leakage verdict is possible.",
+        "reversed": "Members score lower than non-members: files swapped, or a shift. No leakage verdict.",
         "leakage": "Leakage detected: members are told apart from non-members beyond chance.",
         "nothing detected": "No leakage detected at these sizes (not evidence of privacy).",
     }[result.finding]
-    roc = result.path.parents[1] / "plots" / f"{result.cell_id}.png"
+    roc = Results(CellFolder.at(result.path).out).roc_image(result.cell_id)
     audit = record["audit"]
     model = audit["model"] + (f" + {Path(audit['adapter']).name}" if audit["adapter"] else "")
+    top = max(strongest, key=lambda r: r["auc_value"]) if strongest else None
     return str(
         render_page(
             "audit_report.html.j2",
             title=f"Privacy audit: {model}",
             cell_id=result.cell_id,
-            written=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            version=" ".join(filter(None, (stamp.get("privauditor", "?"), stamp.get("privauditor_git")))),
+            written=written,
+            version=version,
             finding=finding,
-            colour={"shift": "#d98c00", "leakage": "#c0392b"}.get(result.finding, "#2e7d32"),
+            colour={"shift": "#d98c00", "reversed": "#d98c00", "leakage": "#c0392b"}.get(
+                result.finding, "#2e7d32"
+            ),
             conclusion=result.conclusion,
             identities=[list(pair) for pair in _identities(record)],
-            strongest=strongest,
-            attacks=[[r["attack"], r["access"], r["auc"], r["tpr_1"], r["p"], r["p_holm"]] for r in rows],
+            configuration=sections.configuration(record, verdict, result.metrics),
+            zero=zero,
+            strongest=[
+                [
+                    r["access"],
+                    r["attack"],
+                    r["auc"],
+                    r["tpr_01"],
+                    r["tpr_1"],
+                    *[r["tpr_0fp"]] * bool(zero),
+                    r["p_holm"],
+                ]
+                for r in strongest
+            ],  # fmt: skip
+            histograms=sections.histograms(result.path, strongest),
+            exposed=(top["attack"], top["auc"], sections.exposed(result.path, top["attack"]))
+            if top
+            else None,
+            attacks=[
+                [
+                    r["attack"],
+                    r["access"],
+                    r["auc"],
+                    r["tpr_1"],
+                    *[r["tpr_0fp"]] * bool(zero),
+                    r["p"],
+                    r["p_holm"],
+                ]
+                for r in rows
+            ],  # fmt: skip
             roc=roc.read_bytes() if roc.exists() else None,
             control=_control(verdict),
             extraction=_extraction(record),
             warnings=audit["warnings"],
             limits=_limits(record, verdict, [r["attack"] for r in rows]),
             next_steps=_next_steps(record, verdict, result.finding),
+            audited=sections.audited(record, result.finding, version, written),
         )
     )
 

@@ -15,6 +15,7 @@ compared within the blocks it shares), and over those blocks computes, with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,8 @@ def run(values: dict[Any, dict[str, float]], hypothesis: Any = None, seed: int =
 
 
 def battery_of(
-    rows: list[dict[str, Any]], attack: str, view: str, hypothesis: Any = None
-) -> tuple[Battery | None, dict]:
+    rows: Sequence[blk.R], attack: str, view: str, hypothesis: Any = None
+) -> tuple[Battery | None, blk.Picked[blk.R]]:
     """The battery of one (attack, view) over :func:`.blocks.block_values`, and the rows it picked for the
     reads that pair techniques by seed (block → technique → seed → row; :func:`.blocks.trajectories`)."""
     picked = blk.chosen(blk.trajectories(rows, attack), view)

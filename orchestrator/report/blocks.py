@@ -15,21 +15,36 @@ variance (DeLong et al. 1988; :func:`privauditor.tasks.stats.significance.delong
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import numpy as np
 
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.results import Results
+
+from .row_schema import Row
 
 CONTROL = "none"
 VIEWS = ("last", "best")
 
 Block = tuple[str, str]
+#: the rows these reads group: a leaderboard's (:class:`.row_schema.Row`) or a board's (the same columns
+#: and its own, as plain dicts); each read gives back the rows it was given, of the same type
+R = TypeVar("R", bound=Mapping[str, Any])
+#: block → technique → seed → a trajectory: one cell's rows of one attack, one per checkpoint, by step
+Trajectories: TypeAlias = dict[Block, dict[str, dict[int, list[R]]]]
+#: block → technique → seed → the row a view reads from its trajectory
+Picked: TypeAlias = dict[Block, dict[str, dict[int, R]]]
+#: the numbers every row of a trajectory holds (a trained checkpoint's)
+Measured = Literal["epoch", "utility_loss", "auc", "auc_ci_low", "auc_ci_high"]
 
 
-def by_setting(rows: list[dict[str, Any]], attack: str) -> dict[Block, dict[str, dict[Any, dict[int, list]]]]:
+def by_setting(
+    rows: Sequence[R], attack: str
+) -> dict[Block, dict[str, dict[str | None, dict[int, list[R]]]]]:
     """block → technique → setting → seed → the undefended rows of ``attack``, one per checkpoint, by step
     (a trajectory is one cell's: a folder a changed sweep was rerun into holds a technique under two
     settings, whose checkpoints never mix)."""
@@ -46,7 +61,7 @@ def by_setting(rows: list[dict[str, Any]], attack: str) -> dict[Block, dict[str,
     return found
 
 
-def trajectories(rows: list[dict[str, Any]], attack: str) -> dict[Block, dict[str, dict[int, list[dict]]]]:
+def trajectories(rows: Sequence[R], attack: str) -> Trajectories[R]:
     """block → technique → seed → its trajectory (:func:`by_setting`), for the reads that pair techniques
     by seed: a technique run under several settings in a block has no one trajectory per seed there and is
     left out of them in that block (:func:`several` names it; :func:`block_values` still ranks it)."""
@@ -56,7 +71,7 @@ def trajectories(rows: list[dict[str, Any]], attack: str) -> dict[Block, dict[st
     }
 
 
-def several(rows: list[dict[str, Any]], attack: str) -> dict[str, int]:
+def several(rows: Sequence[Mapping[str, Any]], attack: str) -> dict[str, int]:
     """Technique → in how many blocks it was run under more than one setting."""
     found: dict[str, int] = defaultdict(int)
     for techniques in by_setting(rows, attack).values():
@@ -65,7 +80,7 @@ def several(rows: list[dict[str, Any]], attack: str) -> dict[str, int]:
     return {name: n for name, n in sorted(found.items()) if n}
 
 
-def block_values(rows: list[dict[str, Any]], attack: str, view: str) -> dict[Block, dict[str, float]]:
+def block_values(rows: Sequence[Mapping[str, Any]], attack: str, view: str) -> dict[Block, dict[str, float]]:
     """block → technique → the value the techniques are ranked on: the mean over its settings of the mean
     over seeds of ``attack``'s AUC at the checkpoint ``view`` picks from each trajectory (``none`` and
     blocks with nothing else left out). One definition for findings.md, leaderboard.html and the board."""
@@ -84,16 +99,25 @@ def block_values(rows: list[dict[str, Any]], attack: str, view: str) -> dict[Blo
     return found
 
 
-def pick(points: list[dict[str, Any]], view: str) -> dict[str, Any]:
+def pick(points: Sequence[R], view: str) -> R:
     """The row a view reads from one trajectory: the last checkpoint, or the best (lowest NLL)."""
     if view == "best":
         return next((r for r in points if r["best"]), points[-1])
     return points[-1]
 
 
-def chosen(
-    found: dict[Block, dict[str, dict[int, list[dict]]]], view: str
-) -> dict[Block, dict[str, dict[int, dict]]]:
+def measured(row: Row, column: Measured) -> float:
+    """A number every row of a trajectory holds: a trained checkpoint's epoch, validation NLL and attack
+    AUC with its interval (the schema allows None for an audit's rows, which no trajectory holds)."""
+    value = row[column]
+    if value is None:
+        raise PrivauditorError(
+            f"cell {row['cell_id']} has no {column} at step {row['step']} ({row['attack']})"
+        )
+    return value
+
+
+def chosen(found: Trajectories[R], view: str) -> Picked[R]:
     """block → technique → seed → the row ``view`` reads."""
     return {
         b: {t: {s: pick(p, view) for s, p in seeds.items()} for t, seeds in ts.items()}
@@ -116,12 +140,13 @@ def values(
     return out
 
 
-def fractions(rows: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+def fractions(rows: list[Row]) -> dict[str, tuple[float, float]]:
     """Technique → (lowest, highest) trainable fraction over its cells."""
     found: dict[str, list[float]] = defaultdict(list)
     for row in rows:
-        if row.get("trainable_fraction") is not None and row.get("defence", "none") == "none":
-            found[row["adaptation"]].append(row["trainable_fraction"])
+        fraction = row.get("trainable_fraction")
+        if fraction is not None and row.get("defence", "none") == "none":
+            found[row["adaptation"]].append(fraction)
     return {name: (min(v), max(v)) for name, v in found.items()}
 
 
@@ -146,7 +171,7 @@ def _checkpoint_scores(
     at hand (results on an object store keep only summaries in the local stage)."""
     import pyarrow.parquet as pq
 
-    cell = ResultsFolder(out).cell(cell_id)
+    cell = Results(out).cell(cell_id)
     if not cell.has_record:
         return None
     path = next((c["path"] for c in cell.record()["checkpoints"] if c["step"] == step), None)
@@ -158,23 +183,23 @@ def _checkpoint_scores(
     return {s: (m, v) for s, m, v in zip(found["sample_id"], found["member"], found["score"], strict=True)}
 
 
-def scores(out: Path, row: dict[str, Any]) -> dict[str, tuple[bool, float]] | None:
+def scores(out: Path, row: Row) -> dict[str, tuple[bool, float]] | None:
     """sample id → (member, score) of the row's attack at the row's checkpoint (None: not at hand)."""
     return _checkpoint_scores(str(out), row["cell_id"], row["step"], row["attack"])
 
 
-def aligned(out: Path, picked: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray] | None:
+def aligned(out: Path, picked: Sequence[Row]) -> tuple[np.ndarray, np.ndarray] | None:
     """(member (n,), scores (k, n)) of the rows' checkpoints on their common samples, or None when a
     file is missing or the rows were scored on different samples."""
-    loaded = [scores(out, row) for row in picked]
-    if any(s is None for s in loaded) or len({frozenset(s) for s in loaded}) != 1:
+    loaded = [found for row in picked if (found := scores(out, row)) is not None]
+    if len(loaded) < len(picked) or len({frozenset(s) for s in loaded}) != 1:
         return None
     ids = sorted(loaded[0])
     member = np.array([loaded[0][i][0] for i in ids], dtype=bool)
     return member, np.array([[s[i][1] for i in ids] for s in loaded])
 
 
-def contrast(out: Path, high: list[dict[str, Any]], low: list[dict[str, Any]]) -> tuple[float, float] | None:
+def contrast(out: Path, high: Sequence[Row], low: Sequence[Row]) -> tuple[float, float] | None:
     """DeLong difference ``mean AUC(high) - mean AUC(low)`` of rows of one split, and its variance."""
     from privauditor.tasks.stats.significance import delong_covariance
 

@@ -13,7 +13,7 @@ What each file holds, and why: :mod:`.exports`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from .model_card import section
 
 
 def write_hub(
-    to: Path, rows: list[dict[str, Any]], finished: str, v: str, source_url: str | None
+    to: Path, rows: Sequence[Mapping[str, Any]], finished: str, v: str, source_url: str | None
 ) -> list[Path]:
     """One cell's Hub files under ``to/eval_results/``: entries, ``model-index`` block, model-card section."""
     cell_id, folder = rows[0]["cell_id"], to / "eval_results"
@@ -41,7 +41,7 @@ def write_hub(
 
 
 def write_eee(
-    to: Path, rows: list[dict[str, Any]], finished: str, v: str, source_url: str | None
+    to: Path, rows: Sequence[Mapping[str, Any]], finished: str, v: str, source_url: str | None
 ) -> list[Path]:
     """One cell's Every Eval Ever record under ``to/every_eval_ever/`` (it has no field for a URL)."""
     record = eee_record(rows, finished, v)
@@ -50,7 +50,7 @@ def write_eee(
     return [path]
 
 
-Writer = Callable[[Path, list[dict[str, Any]], str, str, str | None], list[Path]]
+Writer = Callable[[Path, Sequence[Mapping[str, Any]], str, str, str | None], list[Path]]
 #: the formats by their command-line names, in the order they are written
 WRITERS: dict[str, Writer] = {"hf-eval-results": write_hub, "every-eval-ever": write_eee}
 FORMATS = tuple(WRITERS)
@@ -71,7 +71,7 @@ def formats(names: Iterable[str]) -> tuple[str, ...]:
 
 def write(
     to: Path,
-    found: list[dict[str, Any]],
+    found: Sequence[Mapping[str, Any]],
     finished: Mapping[str, str],
     chosen: Iterable[str] = FORMATS,
     source_url: str | None = None,

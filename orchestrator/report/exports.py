@@ -3,7 +3,9 @@ evaluation results (``TO/eval_results/``) and Every Eval Ever records (``TO/ever
 from leaderboard rows; the files are written by :mod:`.export_files`, for ``privauditor publish`` (one
 results folder, beside its leaderboard) and ``privauditor board export`` (a board's merged cell rows:
 :mod:`privauditor.orchestrator.board.export`, whose docstring says what a board's numbers are: means over
-replicas, ``replicas`` and ``replicas_agree`` below).
+replicas, ``replicas`` and ``replicas_agree`` below). A row is read as a mapping of its columns: a results
+folder's (:data:`~privauditor.orchestrator.report.row_schema.Row`) and a board's (with columns of its own,
+``replicas_agree``) alike.
 
 What is exported, per cell at its last checkpoint (:func:`privauditor.orchestrator.report.summary.final`: the
 rows of the highest ``epoch``; an audit's one checkpoint, whose ``epoch`` is None) and per attack: the AUC,
@@ -77,10 +79,11 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 from privauditor.tasks.spec.resolved import slug
 
 from .summary import final
@@ -118,39 +121,39 @@ def version() -> str:
 def finished_times(results: Path, cells: list[str]) -> dict[str, str]:
     """Each cell's finishing time (``YYYY-MM-DDTHH:MM:SSZ``): its ``DONE``'s ``finished``, else (an audit's
     ``DONE`` has none) the time ``DONE`` was written."""
-    found = {}
+    found, folder = {}, Results(results)
     for cell_id in cells:
-        done = ResultsFolder(results).cell(cell_id).path / "DONE"
+        cell = folder.cell(cell_id)
         try:
-            stamp = json.loads(done.read_text()).get("finished")
+            stamp = cell.finished()
         except (OSError, ValueError, AttributeError):
             stamp = None
-        found[cell_id] = stamp or time.strftime(TIME_FORMAT, time.gmtime(int(done.stat().st_mtime)))
+        found[cell_id] = stamp or time.strftime(TIME_FORMAT, time.gmtime(int(cell.done_written())))
     return found
 
 
-def last_checkpoints(found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def last_checkpoints(found: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     """Per cell id (sorted), its rows at its last checkpoint, by attack."""
-    cells: dict[str, list[dict[str, Any]]] = {}
+    cells: dict[str, list[Mapping[str, Any]]] = {}
     for row in final(found):
         cells.setdefault(row["cell_id"], []).append(row)
     return {cell_id: sorted(rows, key=lambda r: r["attack"]) for cell_id, rows in sorted(cells.items())}
 
 
-def values(row: dict[str, Any]) -> dict[str, float]:
+def values(row: Mapping[str, Any]) -> dict[str, float]:
     """A row's exported :data:`METRICS`, rounded to 4 decimals as the Hub files and the model card show
     them (absent and non-finite values left out)."""
     return {column: round(value, 4) for column in METRICS if (value := _number(row.get(column))) is not None}
 
 
-def replicas(row: dict[str, Any]) -> dict[str, Any]:
+def replicas(row: Mapping[str, Any]) -> dict[str, Any]:
     """A board row's replica count and whether their AUCs agree; nothing for one run's row (``runs`` 1)."""
     runs = row.get("runs") or 1
     return {} if runs <= 1 else {"replicas": runs, "replicas_agree": bool(row.get("replicas_agree", True))}
 
 
 def hub_entries(
-    rows: list[dict[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
     finished: str,
     v: str,
     benchmark: str = HUB_BENCHMARK,
@@ -178,7 +181,7 @@ def hub_entries(
     return entries
 
 
-def model_index(rows: list[dict[str, Any]], v: str, source_url: str | None = None) -> dict[str, Any]:
+def model_index(rows: Sequence[Mapping[str, Any]], v: str, source_url: str | None = None) -> dict[str, Any]:
     """The ``model-index`` block (model card front matter) of one cell's last-checkpoint rows."""
     results = []
     for row in rows:
@@ -201,7 +204,7 @@ def model_index(rows: list[dict[str, Any]], v: str, source_url: str | None = Non
 
 
 def eee_record(
-    rows: list[dict[str, Any]], finished: str, v: str, organization: str = "unknown"
+    rows: Sequence[Mapping[str, Any]], finished: str, v: str, organization: str = "unknown"
 ) -> dict[str, Any]:
     """The Every Eval Ever aggregate record (``eval.schema.json`` 0.3.0) of one cell's last-checkpoint rows."""
     first = rows[0]
@@ -243,7 +246,7 @@ def eee_path(record: dict[str, Any]) -> str:
     return f"data/{EEE_COLLECTION}/{developer}/{model}/{uuid.UUID(bytes=digest, version=4)}.json"
 
 
-def dataset_of(row: dict[str, Any]) -> tuple[str, str]:
+def dataset_of(row: Mapping[str, Any]) -> tuple[str, str]:
     """``(kind, name)`` of a row's dataset as published: ``file`` (by its file name, no folders), ``hub``
     (a dataset id) or ``privauditor`` (a built-in dataset)."""
     dataset = str(row["dataset"])
@@ -252,7 +255,7 @@ def dataset_of(row: dict[str, Any]) -> tuple[str, str]:
     return ("hub" if "/" in dataset else "privauditor"), dataset
 
 
-def _eee_results(row: dict[str, Any], kind: str, name: str, finished: str) -> list[dict[str, Any]]:
+def _eee_results(row: Mapping[str, Any], kind: str, name: str, finished: str) -> list[dict[str, Any]]:
     attack, access = row["attack"], row.get("access", "?")
     n_members, n_nonmembers = int(row["n_members"]), int(row["n_nonmembers"])
     origin = {
@@ -273,7 +276,7 @@ def _eee_results(row: dict[str, Any], kind: str, name: str, finished: str) -> li
     results = []
     auc = _number(row.get("auc"))
     if auc is not None:
-        metric = {"evaluation_description": f"ROC AUC of the {attack} membership-inference attack ({access} "
+        metric: dict[str, Any] = {"evaluation_description": f"ROC AUC of the {attack} membership-inference attack ({access} "
                   f"access) separating {against}; 0.5: no leakage, higher: more leakage",
                   "metric_id": "auroc", "metric_name": "AUC", "metric_kind": "auroc"}  # fmt: skip
         interval = _interval(row, "auc", "bootstrap percentile")
@@ -296,7 +299,7 @@ def _eee_results(row: dict[str, Any], kind: str, name: str, finished: str) -> li
     return results
 
 
-def _interval(row: dict[str, Any], column: str, method: str) -> dict[str, Any]:
+def _interval(row: Mapping[str, Any], column: str, method: str) -> dict[str, Any]:
     """``{"confidence_interval": ...}`` of a column's 95 % interval (``<column>_ci_low/_high``), or ``{}``."""
     low, high = _number(row.get(f"{column}_ci_low")), _number(row.get(f"{column}_ci_high"))
     if low is None or high is None:
@@ -310,7 +313,7 @@ def _score(score: float, uncertainty: dict[str, Any], details: dict[str, Any]) -
 
 
 def _eee_result(
-    row: dict[str, Any], column: str, source: dict[str, Any], finished: str, metric: dict[str, Any],
+    row: Mapping[str, Any], column: str, source: dict[str, Any], finished: str, metric: dict[str, Any],
     score_details: dict[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
     metric = metric | {"metric_unit": "proportion", "lower_is_better": True, "score_type": "continuous",
@@ -325,7 +328,7 @@ def _eee_result(
     }
 
 
-def _context(row: dict[str, Any], v: str) -> str:
+def _context(row: Mapping[str, Any], v: str) -> str:
     """Where a value comes from, for a Hub entry's notes."""
     defence = "" if (row.get("defence") or "none") == "none" else f", defence {row['defence']}"
     if row.get("epsilon") is not None:
@@ -340,7 +343,7 @@ def _context(row: dict[str, Any], v: str) -> str:
             f"members vs {row['n_nonmembers']} non-members; higher means more leakage")  # fmt: skip
 
 
-def checkpoint(row: dict[str, Any]) -> str:
+def checkpoint(row: Mapping[str, Any]) -> str:
     """The checkpoint a row measured, in words."""
     if row["epoch"] is None:
         return "the audited checkpoint"
@@ -366,6 +369,6 @@ def _strings(mapping: dict[str, Any]) -> dict[str, str]:
 
 def yaml_text(data: Any) -> str:
     """``data`` as the YAML the Hub files hold (block style, keys in their given order)."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)

@@ -14,34 +14,32 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from privauditor.tasks.infra.files import atomic_write
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 from privauditor.tasks.leakage.canaries import null_quantile, null_sf
 from privauditor.tasks.spec.resolved import technique_of
 
 from .formats import markdown_table
 from .formats import number as _fmt
 from .plots import technique_style
+from .row_schema import Row
 
 FIGURE = "exposure.png"
 #: the family-wise level of the table's stars
 ALPHA = 0.01
 
 
-def _last_exposures(
-    out: Path, rows: list[dict[str, Any]]
-) -> tuple[dict[str, dict[int, list[float]]], set[int]]:
+def _last_exposures(out: Path, rows: list[Row]) -> tuple[dict[str, dict[int, list[float]]], set[int]]:
     """technique -> r -> every included canary's exposure at its cell's last checkpoint; and the sizes of
     the canaries' secret spaces."""
     found: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     spaces = set()
     techniques = {r["cell_id"]: technique_of(r["cell_id"], r["adaptation"]) for r in rows}
     for cell_id in sorted({r["cell_id"] for r in rows if r.get("exposure_top") is not None}):
-        record = ResultsFolder(out).cell(cell_id).record()
+        record = Results(out).cell(cell_id).record()
         exposure = (record["checkpoints"][-1].get("extraction") or {}).get("exposure")
         if not exposure:
             continue
@@ -90,7 +88,7 @@ def starred(found: dict[str, dict[int, list[float]]], alpha: float = ALPHA) -> d
     return {key: float(p) for key, p in zip(keys, adjusted, strict=True)}
 
 
-def exposure_section(out: Path, rows: list[dict[str, Any]]) -> list[str]:
+def exposure_section(out: Path, rows: list[Row]) -> list[str]:
     """The section's lines (and ``exposure.png`` in ``out``); none without canaries."""
     found, spaces = _last_exposures(out, rows)
     if not found:

@@ -11,6 +11,7 @@ by that difference relates to their order by the attack's AUC (Spearman's ρ, sc
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,22 +19,29 @@ import numpy as np
 from . import blocks as blk
 from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
+from .row_schema import Row
 
 #: column prefix -> label: the two kinds of discoverable extraction, then the PII fields' reconstruction
 KINDS = {"extraction_greedy": "greedy", "extraction_sampled": "(n, p)", "pii_reconstructed": "PII fields",
          "pii_inferred": "PII inferred"}  # fmt: skip
 
 
-def _mean(values: list[float | None]) -> str:
-    values = [v for v in values if v is not None]
+def _rate(row: Mapping[str, Any], column: str) -> float | None:
+    """A row's extraction column named from :data:`KINDS` (``<kind>_members``, ``_nonmembers``,
+    ``_difference``): a name built at run time, so the row is read as a mapping."""
+    return row.get(column)
+
+
+def _mean(given: Sequence[float | None]) -> str:
+    values = [v for v in given if v is not None]
     return _fmt(float(np.mean(values))) if values else "-"
 
 
-def mean_interval(values: list[float]) -> str:
+def mean_interval(given: Sequence[float | None]) -> str:
     """``mean [low, high]``: a 95 % t-interval over the values (the mean alone below two)."""
     from scipy import stats
 
-    values = [v for v in values if v is not None]
+    values = [v for v in given if v is not None]
     if not values:
         return "-"
     mean = float(np.mean(values))
@@ -43,11 +51,11 @@ def mean_interval(values: list[float]) -> str:
     return f"{_fmt(mean)} [{_fmt(low)}, {_fmt(high)}]"
 
 
-def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
+def extraction_section(rows: list[Row], attack: str) -> list[str]:
     """The section's lines; none where no row carries extraction rates (results that predate them)."""
     found = blk.trajectories(rows, attack)
-    last: dict[str, list[dict]] = defaultdict(list)
-    points_of: dict[str, list[dict]] = defaultdict(list)
+    last: dict[str, list[Row]] = defaultdict(list)
+    points_of: dict[str, list[Row]] = defaultdict(list)
     for techniques in found.values():
         for name, seeds in techniques.items():
             for points in seeds.values():
@@ -60,7 +68,7 @@ def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
     kinds = {
         k: v
         for k, v in KINDS.items()
-        if any(r.get(f"{k}_difference") is not None for c in last.values() for r in c)
+        if any(_rate(r, f"{k}_difference") is not None for c in last.values() for r in c)
     }
     head = ["technique", "cells"]
     for label in kinds.values():
@@ -70,8 +78,8 @@ def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
         cells = last[name]
         line = [name, str(len(cells))]
         for kind in kinds:
-            line += [_mean([r.get(f"{kind}_{side}") for r in cells]) for side in ("members", "nonmembers")]
-            line.append(mean_interval([r.get(f"{kind}_difference") for r in cells]))
+            line += [_mean([_rate(r, f"{kind}_{side}") for r in cells]) for side in ("members", "nonmembers")]
+            line.append(mean_interval([_rate(r, f"{kind}_difference") for r in cells]))
         body.append(line)
     lines = [
         "## Extraction",
@@ -100,33 +108,32 @@ def extraction_section(rows: list[dict[str, Any]], attack: str) -> list[str]:
     return lines + _trajectories(points_of) + _against_auc(last, attack)
 
 
-def _trajectories(points_of: dict[str, list[dict]]) -> list[str]:
+def _trajectories(points_of: dict[str, list[Row]]) -> list[str]:
     """Per kind whose difference is not 0 everywhere, its mean at each checkpoint by technique."""
     lines = []
     for kind, label in KINDS.items():
         by_epoch: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
         for name, points in points_of.items():
             for r in points:
-                if r.get(f"{kind}_difference") is not None:
-                    by_epoch[name][r["epoch"]].append(r[f"{kind}_difference"])
+                if (difference := _rate(r, f"{kind}_difference")) is not None:
+                    by_epoch[name][blk.measured(r, "epoch")].append(difference)
         if any(v for by in by_epoch.values() for values in by.values() for v in values):
             lines += [f"Mean {label} difference at each checkpoint:", "", epoch_table(by_epoch), ""]
     return lines
 
 
-def _against_auc(last: dict[str, list[dict]], attack: str) -> list[str]:
+def _against_auc(last: dict[str, list[Row]], attack: str) -> list[str]:
     """Per kind, Spearman's ρ between the techniques' mean difference and their mean AUC of ``attack``."""
     from scipy import stats
 
     names = sorted(last)
     if len(names) < 3:
         return []
-    auc = [np.mean([r["auc"] for r in last[n]]) for n in names]
+    auc = [np.mean([blk.measured(r, "auc") for r in last[n]]) for n in names]
     lines = []
     for kind, label in KINDS.items():
         means = [
-            [r[f"{kind}_difference"] for r in last[n] if r.get(f"{kind}_difference") is not None]
-            for n in names
+            [value for r in last[n] if (value := _rate(r, f"{kind}_difference")) is not None] for n in names
         ]
         if not all(means):
             continue

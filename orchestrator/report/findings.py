@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from privauditor.orchestrator.sweepfile.hypothesis import of_results
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 
 from . import blocks as blk
 from .against import against
@@ -47,6 +47,7 @@ from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
 from .headline import ATTACK, view_of
 from .matched import matched_section
+from .row_schema import Row
 
 PRIMARY_ATTACK = ATTACK  # the headline's (:mod:`.headline`)
 
@@ -59,7 +60,7 @@ CAVEAT = (
 
 
 def findings(
-    out: Path, rows: list[dict[str, Any]], attack: str = PRIMARY_ATTACK, other: tuple | None = None
+    out: Path, rows: list[Row], attack: str = PRIMARY_ATTACK, other: tuple[str, list[Row]] | None = None
 ) -> str:
     """``findings.md`` of the results folder ``out`` whose leaderboard rows are ``rows``; ``other``, a
     (name, rows) pair of another results folder, adds a section ranking both alike (:mod:`.against`)."""
@@ -110,7 +111,7 @@ def findings(
     return "\n".join(lines + extra + ["## Caveat", "", CAVEAT, ""])
 
 
-def _attempts(out: Path, rows: list[dict[str, Any]], hypothesis: Any, registration: Any, page: Any) -> int:
+def _attempts(out: Path, rows: list[Row], hypothesis: Any, registration: Any, page: Any) -> int:
     """Log this run's confirmatory test in ``hypothesis_attempts.jsonl`` (a pre-registered hypothesis whose
     Page test ran) and return how many attempts the folder's log holds for the hypothesis."""
     from privauditor.orchestrator.sweepfile.hypothesis import attempts, log_attempt
@@ -122,7 +123,7 @@ def _attempts(out: Path, rows: list[dict[str, Any]], hypothesis: Any, registrati
     return attempts(out, hypothesis)
 
 
-def _strongest(rows: list[dict[str, Any]], view: str, main: Battery | None) -> list[str]:
+def _strongest(rows: list[Row], view: str, main: Battery | None) -> list[str]:
     """Per block, the attack with the highest mean AUC over the ranked techniques (model-free left out)."""
     if main is None:
         return []
@@ -131,9 +132,10 @@ def _strongest(rows: list[dict[str, Any]], view: str, main: Battery | None) -> l
     for attack in attacks:
         values = blk.block_values(rows, attack, view)
         for block in main.blocks:
-            row = {n: values.get(block, {}).get(n) for n in main.names}
-            if all(v is not None for v in row.values()):
-                means[block][attack] = (float(np.mean(list(row.values()))), max(row, key=row.get))
+            here = values.get(block, {})
+            if all(here.get(n) is not None for n in main.names):
+                aucs = {n: here[n] for n in main.names}
+                means[block][attack] = (float(np.mean(list(aucs.values()))), max(aucs, key=aucs.__getitem__))
     body = []
     for block in main.blocks:
         if means[block]:
@@ -170,7 +172,9 @@ def _summary(found: Battery) -> list[str]:
     return [tests + ".", "", markdown_table(["rank", "technique", "mean AUC", "mean rank"], body), ""]
 
 
-def _other_views(out: Path, rows: list[dict[str, Any]], attack: str, view: str, found: dict) -> list[str]:
+def _other_views(
+    out: Path, rows: list[Row], attack: str, view: str, found: blk.Trajectories[Row]
+) -> list[str]:
     other = "best" if view == "last" else "last"
     lines = ["## Other views (exploratory)", ""]
     battery, _ = battery_of(rows, attack, other)
@@ -181,13 +185,13 @@ def _other_views(out: Path, rows: list[dict[str, Any]], attack: str, view: str, 
     return lines
 
 
-def _equal_epochs(found: dict) -> list[str]:
+def _equal_epochs(found: blk.Trajectories[Row]) -> list[str]:
     by_epoch: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for techniques in found.values():
         for name, seeds in techniques.items():
             for points in seeds.values():
                 for r in points:
-                    by_epoch[name][r["epoch"]].append(r["auc"])
+                    by_epoch[name][blk.measured(r, "epoch")].append(blk.measured(r, "auc"))
     return [
         "## AUC at equal epochs",
         "",
@@ -198,7 +202,7 @@ def _equal_epochs(found: dict) -> list[str]:
     ]
 
 
-def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
+def _within_splits(out: Path, picked: blk.Picked[Row], view: str) -> list[str]:
     """DeLong + Holm over every pair of each (block, seed) group's techniques scored on the same samples."""
     from privauditor.tasks.stats.significance import paired_comparisons
 
@@ -214,7 +218,9 @@ def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
             for names in by_samples.values():
                 if len(names) < 2:
                     continue
-                member, stacked = blk.aligned(out, [rows[n] for n in names])
+                pair = blk.aligned(out, [rows[n] for n in names])
+                assert pair is not None, "grouped above by the samples their scores share"
+                member, stacked = pair
                 tests = paired_comparisons(member, dict(zip(names, stacked, strict=True)), ALPHA)
                 groups, tested = groups + 1, tested + len(tests)
                 for t in tests:
@@ -262,7 +268,7 @@ def _within_splits(out: Path, picked: dict, view: str) -> list[str]:
     return lines
 
 
-def _across_seeds(picked: dict, view: str) -> list[str]:
+def _across_seeds(picked: blk.Picked[Row], view: str) -> list[str]:
     """Per block with two seeds or more: every pair's mean per-seed AUC difference, t-interval, Holm."""
     from statsmodels.stats.multitest import multipletests
 
@@ -276,7 +282,11 @@ def _across_seeds(picked: dict, view: str) -> list[str]:
             continue
         found = []
         for a, b in combinations(sorted(techniques), 2):
-            interval = seed_level_interval([techniques[a][s]["auc"] - techniques[b][s]["auc"] for s in seeds])
+            differences = [
+                blk.measured(techniques[a][s], "auc") - blk.measured(techniques[b][s], "auc") for s in seeds
+            ]
+            interval = seed_level_interval(differences)
+            assert interval is not None, "two seeds or more"
             found.append((a, b, interval))
         _, adjusted, _, _ = multipletests([i["p_value"] for _, _, i in found], alpha=ALPHA, method="holm")
         for (a, b, i), p in zip(found, adjusted, strict=True):
@@ -316,11 +326,11 @@ def _across_seeds(picked: dict, view: str) -> list[str]:
     ]
 
 
-def _controls(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
+def _controls(out: Path, rows: list[Row], attack: str) -> list[str]:
     from privauditor.tasks.stats.significance import holm_adjusted
 
     blind: dict[tuple, dict[str, Any]] = {}
-    base: dict[tuple, float] = {}
+    base: dict[tuple, float | None] = {}
     for row in rows:
         key = (row["dataset"], row["seed"])
         if row["attack"] == "blind" and key not in blind:
@@ -362,7 +372,7 @@ def _shift(out: Path, cell_id: str) -> dict[str, Any]:
 
     from privauditor.tasks.views.blind import METADATA
 
-    for checkpoint in ResultsFolder(out).cell(cell_id).record()["checkpoints"]:
+    for checkpoint in Results(out).cell(cell_id).record()["checkpoints"]:
         relative = checkpoint["views"].get("blind", {}).get("blind")
         if relative and (out / relative).exists():
             return json.loads(pq.read_schema(out / relative).metadata[METADATA])

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 from privauditor.tasks.spec.resolved import technique_of
 
 from .formats import markdown_table
+from .row_schema import Row
 from .summary import final
 
 
@@ -29,7 +29,7 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value:.3f}"
 
 
-def violations(rows: list[dict[str, Any]]) -> list[str]:
+def violations(rows: list[Row]) -> list[str]:
     """One line per row whose empirical ε bound exceeds the ε its checkpoint spent (none: [])."""
     found = [r for r in rows if r.get("dp_violation")]
     if not found:
@@ -45,7 +45,7 @@ def violations(rows: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
-def defence_table(rows: list[dict[str, Any]], attack: str) -> list[str]:
+def defence_table(rows: list[Row], attack: str) -> list[str]:
     """The defences section (empty without a DP cell)."""
     last = final(rows)
     if not any(r["defence"] != "none" for r in last):
@@ -53,7 +53,7 @@ def defence_table(rows: list[dict[str, Any]], attack: str) -> list[str]:
     defended = {
         (r["model"], r["dataset"], r["seed"], r["adaptation"]) for r in last if r["defence"] != "none"
     }
-    by_cell: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_cell: dict[str, list[Row]] = defaultdict(list)
     for r in last:
         if (r["model"], r["dataset"], r["seed"], r["adaptation"]) in defended:
             by_cell[r["cell_id"]].append(r)
@@ -87,14 +87,14 @@ def defence_table(rows: list[dict[str, Any]], attack: str) -> list[str]:
             markdown_table(header, body), ""]  # fmt: skip
 
 
-def duplication_table(out: Path, rows: list[dict[str, Any]], attack: str) -> list[str]:
+def duplication_table(out: Path, rows: list[Row], attack: str) -> list[str]:
     """The duplication section (empty without a cell that repeats members)."""
     chosen = [r for r in rows if r["attack"] == attack and r.get("auc_repeated_vs_singleton") is not None]
     if not chosen:
         return []
     found = []
     for r in chosen:
-        folder = ResultsFolder(out).cell(r["cell_id"])
+        folder = Results(out).cell(r["cell_id"])
         path = next(c["path"] for c in folder.record()["checkpoints"] if c["step"] == r["step"])
         metrics = folder.metrics(path)[attack]
         found.append((r, metrics["auc_by_repeats"]))

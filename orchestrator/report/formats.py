@@ -3,10 +3,11 @@ an audit's report and the Markdown summaries share these)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
-def tpr_text(row: dict[str, Any], rate: str) -> str:
+def tpr_text(row: Mapping[str, Any], rate: str) -> str:
     """A low-FPR rate as a page shows it: ``0.120 [0.085, 0.163]``, ``few`` where fewer than 10 false
     positives were expected at its target, and ``of N`` for the TPR at 0 false positives."""
     value = row.get(rate)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import functools
 import io
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -59,10 +60,10 @@ def render(name: str, **context: Any) -> Markup:
     return Markup(environment().get_template(name).render(**context))
 
 
-def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
+def privacy_utility_png(found: Sequence[Mapping[str, Any]]) -> bytes:
     """Scatter: per cell at its last checkpoint, validation NLL (utility, lower is better) against the
     findings' attack's AUC (one attack, not the largest of many, which is biased up); one colour and
-    marker per technique, never shared."""
+    marker per technique, never shared. ``found``: a results folder's rows or the board's cell rows."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -78,9 +79,8 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
     for adaptation in names:
         points = [(r["utility_loss"], r["auc"]) for r in chosen.values() if technique(r) == adaptation]
         style = technique_style(adaptation)
-        ax.scatter(
-            *zip(*points, strict=True), label=adaptation, s=26, color=style["color"], marker=style["marker"]
-        )
+        losses, aucs = zip(*points, strict=True)
+        ax.scatter(losses, aucs, label=adaptation, s=26, color=style["color"], marker=style["marker"])
     ax.set(xlabel="validation NLL (utility, lower is better)", ylabel=f"{PRIMARY_ATTACK} AUC (privacy risk)")
     ax.axhline(0.5, color="k", linewidth=0.6, linestyle="--")
     ax.legend(fontsize=7, ncol=2)
@@ -91,7 +91,7 @@ def privacy_utility_png(found: list[dict[str, Any]]) -> bytes:
     return buffer.getvalue()
 
 
-def headline(out: Path, found: list[dict[str, Any]]) -> Markup:
+def headline(out: Path, found: Sequence[Mapping[str, Any]]) -> Markup:
     """The headline (:mod:`.headline`): findings.md's ranking, the same attack, checkpoint and blocks."""
     from privauditor.orchestrator.sweepfile.hypothesis import of_sweep
 
@@ -140,7 +140,9 @@ def packed(rows: list[list[Any]]) -> str:
     return base64.b64encode(gzip.compress(data, mtime=0)).decode()
 
 
-def leaderboard_html(out: Path, found: list[dict[str, Any]]) -> str:
+def leaderboard_html(out: Path, found: Sequence[Mapping[str, Any]]) -> str:
+    """The page of the rows ``found``: a results folder's (:func:`.leaderboard.rows`) or the board's cell
+    rows (:mod:`privauditor.orchestrator.board.merge`), so any mapping of the leaderboard's columns."""
     from .formats import fraction_text, tpr_text
     from .summary import APART_HEADER, SUMMARY_HEADER, apart_table, final, summary, technique
 

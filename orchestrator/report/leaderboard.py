@@ -22,33 +22,51 @@ seed), and ``runs`` is how many runs' records a row averages (1 in a results fol
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.infra.faults import point
 from privauditor.tasks.infra.files import atomic_write
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 from privauditor.tasks.spec.resolved import CellSpec
 
 from .formats import fraction_text, markdown_table, tpr_text
-from .row_schema import Source, arrow_schema, columns, row
+from .row_schema import Row, Source, arrow_schema, columns, row
 from .summary import APART_HEADER, SUMMARY_HEADER, apart_table, summary
 
+#: the columns that are rates or probabilities, by prefix
+RATES = ("auc", "tpr_", "extraction_", "pii_")
 
-def rows(out: Path) -> list[dict[str, Any]]:
-    """One dict per (finished cell, checkpoint, attack), sorted by cell id, epoch, attack."""
-    found = []
-    for folder in ResultsFolder(out).cells():
+
+def rows(out: Path) -> list[Row]:
+    """One row per (finished cell, checkpoint, attack), sorted by cell id, epoch, attack."""
+    found: list[Row] = []
+    for folder in Results(out).folders():
         record = folder.record()
         spec = CellSpec.from_dict(record["config"])
         for checkpoint, metrics in folder.checkpoints():
             for attack in sorted(metrics):
                 if "auc" in metrics[attack]:
-                    found.append(row(Source(record, spec, checkpoint, attack, metrics[attack])))
+                    found.append(checked(row(Source(record, spec, checkpoint, attack, metrics[attack]))))
     return found
 
 
-def _atomic(path: Path, write) -> None:
+def checked(found: Row) -> Row:
+    """The row, or a one-line error for a rate outside [0, 1] (a difference of rates: [-1, 1]). An AUC or
+    a TPR of 1.7 was written by no privauditor: the file was changed after its cell finished."""
+    for name, value in found.items():
+        low = -1.0 if "_difference" in name else 0.0
+        if name.startswith(RATES) and isinstance(value, float) and not low <= value <= 1.0:
+            raise PrivauditorError(
+                f"cell {found['cell_id']}: {found['attack']} {name} = {value} is outside [{low:g}, 1]: its "
+                "metrics or records were changed after the cell wrote them"
+            )
+    return found
+
+
+def _atomic(path: Path, write: Callable[[Path], object]) -> None:
     def written(tmp: Path) -> None:
         write(tmp)
         point("leaderboard")  # crash tests stop here (only when $PRIVAUDITOR_FAULT asks)
@@ -56,7 +74,7 @@ def _atomic(path: Path, write) -> None:
     atomic_write(path, written)
 
 
-def build(out: Path, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def build(out: Path, found: list[Row] | None = None) -> list[Row]:
     """Rebuild every leaderboard file under ``out`` from the finished cells (or from their rows ``found``,
     where the caller has read them already); returns the rows."""
     found = rows(Path(out)) if found is None else found
@@ -64,9 +82,11 @@ def build(out: Path, found: list[dict[str, Any]] | None = None) -> list[dict[str
     return found
 
 
-def write(out: Path, found: list[dict[str, Any]]) -> None:
+def write(out: Path, found: Sequence[Mapping[str, Any]]) -> None:
     """``leaderboard.parquet/.csv/.md/.html`` of the rows ``found`` under ``out`` (ROC images from
-    ``out/plots/``), each file written atomically."""
+    ``out/plots/``), each file written atomically. Rows of a results folder (:func:`rows`) or the board's
+    cell rows (:mod:`privauditor.orchestrator.board.merge`: these merged, with columns of their own), so
+    any mapping of the leaderboard's columns."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -131,7 +151,7 @@ def write(out: Path, found: list[dict[str, Any]]) -> None:
     write_html(out, found)
 
 
-def write_html(out: Path, found: list[dict[str, Any]]) -> None:
+def write_html(out: Path, found: Sequence[Mapping[str, Any]]) -> None:
     """``leaderboard.html`` (ROC and privacy–utility images from ``out/plots/``), atomically."""
     from .html import leaderboard_html
 

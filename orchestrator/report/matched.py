@@ -39,9 +39,10 @@ from typing import Any
 import numpy as np
 
 from .battery import ALPHA, run
-from .blocks import CONTROL, Block, aligned
+from .blocks import CONTROL, Block, Trajectories, aligned, measured
 from .formats import markdown_table
 from .formats import number as _fmt
+from .row_schema import Row
 
 #: the levels' distances below the base's validation NLL, nats per token: a doubling ladder from 0.25
 #: (far above the checkpoint-to-checkpoint noise of an NLL over 64 validation records, about 0.01-0.03
@@ -63,24 +64,25 @@ def level_of(base: float, offset: float) -> float:
     return base - offset
 
 
-def crossing(points: list[dict[str, Any]], level: float) -> tuple[int, float]:
+def crossing(points: list[Row], level: float) -> tuple[int, float]:
     """(index j, weight w): the trajectory first reaches ``level`` between checkpoints j - 1 and j, where
     the NLL is ``(1 - w)·NLL[j-1] + w·NLL[j]``; the first checkpoint must be above the level."""
-    if points[0]["utility_loss"] <= level:
-        raise ValueError(f"the trajectory starts at {points[0]['utility_loss']:.3f}, not above {level:.3f}")
+    first = measured(points[0], "utility_loss")
+    if first <= level:
+        raise ValueError(f"the trajectory starts at {first:.3f}, not above {level:.3f}")
     for j in range(1, len(points)):
-        after = points[j]["utility_loss"]
+        after = measured(points[j], "utility_loss")
         if after <= level:
-            before = points[j - 1]["utility_loss"]
+            before = measured(points[j - 1], "utility_loss")
             return j, (before - level) / (before - after)
     raise ValueError(f"the trajectory never comes down to {level:.3f}")
 
 
-def at_level(points: list[dict[str, Any]], level: float, out: Path | None = None) -> dict[str, Any]:
+def at_level(points: list[Row], level: float, out: Path | None = None) -> dict[str, Any]:
     """The AUC where ``points`` first reaches ``level``, its 95 % interval, and the checkpoints around it."""
     j, w = crossing(points, level)
     before, after = points[j - 1], points[j]
-    auc = (1 - w) * before["auc"] + w * after["auc"]
+    auc = (1 - w) * measured(before, "auc") + w * measured(after, "auc")
     found = None if out is None else aligned(out, [before, after])
     if found is not None:
         from privauditor.tasks.stats.significance import delong_covariance
@@ -90,8 +92,8 @@ def at_level(points: list[dict[str, Any]], level: float, out: Path | None = None
         half = NormalDist().inv_cdf(0.975) * math.sqrt(max(0.0, float(weights @ covariance @ weights)))
         low, high, exact = auc - half, auc + half, True
     else:
-        low = (1 - w) * before["auc_ci_low"] + w * after["auc_ci_low"]
-        high = (1 - w) * before["auc_ci_high"] + w * after["auc_ci_high"]
+        low = (1 - w) * measured(before, "auc_ci_low") + w * measured(after, "auc_ci_low")
+        high = (1 - w) * measured(before, "auc_ci_high") + w * measured(after, "auc_ci_high")
         exact = False
     return {
         "auc": auc,
@@ -102,9 +104,9 @@ def at_level(points: list[dict[str, Any]], level: float, out: Path | None = None
     }
 
 
-def reading(points: list[dict[str, Any]], level: float, out: Path | None = None) -> tuple[dict | None, str]:
+def reading(points: list[Row], level: float, out: Path | None = None) -> tuple[dict | None, str]:
     """(:func:`at_level`'s reading, "") or (None, why the trajectory is not read at ``level``)."""
-    first, lowest = points[0]["utility_loss"], min(r["utility_loss"] for r in points)
+    first, lowest = measured(points[0], "utility_loss"), min(measured(r, "utility_loss") for r in points)
     if first <= level:
         return None, f"starts at {first:.2f}, at or below the level {level:.2f}"
     if lowest > level:
@@ -112,7 +114,7 @@ def reading(points: list[dict[str, Any]], level: float, out: Path | None = None)
     return at_level(points, level, out), ""
 
 
-def matched(found: dict[Block, dict[str, dict[int, list[dict]]]], out: Path | None = None) -> dict[str, Any]:
+def matched(found: Trajectories[Row], out: Path | None = None) -> dict[str, Any]:
     """Every technique's reading at every level of every split (:data:`OFFSETS` below the split's base).
 
     Returns ``{"values": offset → block → technique → seed → at_level(...), "bases": (block, seed) → the
@@ -268,9 +270,7 @@ def _details(summary: str, header: list[str], body: list[list[Any]]) -> list[str
     return [f"<details><summary>{summary}</summary>", "", markdown_table(header, body), "", "</details>", ""]
 
 
-def matched_section(
-    found: dict[Block, dict[str, dict[int, list[dict]]]], out: Path | None = None
-) -> list[str]:
+def matched_section(found: Trajectories[Row], out: Path | None = None) -> list[str]:
     """The ``### At matched utility`` section of ``findings.md`` (:func:`matched`, :func:`pairs`)."""
     reading = matched(found, out)
     percents = ", ".join(f"{100 * (1 - math.exp(-d)):.0f} %" for d in OFFSETS)

@@ -12,6 +12,7 @@ YAML front matter. Every number in the table is one of :func:`.exports.values`, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .exports import checkpoint, dataset_of, replicas, values
@@ -28,7 +29,7 @@ READING = (
 )
 
 
-def section(rows: list[dict[str, Any]], v: str, index: str) -> str:
+def section(rows: Sequence[Mapping[str, Any]], v: str, index: str) -> str:
     """The Markdown section of one cell's last-checkpoint rows (by attack); ``index``: its ``model-index``
     block as YAML text."""
     header = ["attack", "access", "AUC [95% CI]", *(name for name, _ in TPR_HEADERS)]
@@ -39,7 +40,7 @@ def section(rows: list[dict[str, Any]], v: str, index: str) -> str:
     return "\n".join(lines)
 
 
-def measured(rows: list[dict[str, Any]], v: str) -> str:
+def measured(rows: Sequence[Mapping[str, Any]], v: str) -> str:
     """The paragraph: what was adapted, on what, against which records, at which checkpoint; for a board's
     cell, how many replicas its numbers are the mean of and whether any attack's AUCs differ among them."""
     row = rows[0]
@@ -65,7 +66,7 @@ def measured(rows: list[dict[str, Any]], v: str) -> str:
     return text
 
 
-def cells(row: dict[str, Any]) -> list[str]:
+def cells(row: Mapping[str, Any]) -> list[str]:
     """One attack's table cells: its numbers exactly as the ``model-index`` block rounds them."""
     found = values(row)
     auc = _text(found.get("auc"))

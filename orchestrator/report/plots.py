@@ -7,17 +7,21 @@ https://arxiv.org/abs/2112.03570); the diagonal is chance.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from privauditor.tasks.infra.files import atomic_write
+
+from .row_schema import Row
 
 MARKERS = "osD^v<>pPhX*"
 
 
-def technique_style(name: str) -> dict[str, str]:
+def technique_style(name: str) -> dict[str, Any]:
     """A technique's colour and marker, the same in every figure: the registered techniques in name order
     take matplotlib's 20 ``tab20`` colours and a marker each (14 today, all distinct); a defended cell
     (``full+dp-e1``) keeps its technique's colour with the next marker and a dashed line; an unregistered
-    name takes a colour from its CRC."""
+    name takes a colour from its CRC. Keyword arguments of matplotlib's ``plot``: ``color`` (an RGB
+    tuple), ``marker`` and ``linestyle``."""
     import zlib
 
     from matplotlib import colormaps
@@ -27,7 +31,7 @@ def technique_style(name: str) -> dict[str, str]:
     known = sorted(ADAPTATIONS.names())
     base, defended = name.split("+")[0], "+" in name
     index = known.index(base) if base in known else zlib.crc32(base.encode()) % 20
-    colour = colormaps["tab20"].colors[index % 20]
+    colour = colormaps["tab20"].colors[index % 20]  # type: ignore[attr-defined]  # tab20: 20 listed colours
     return {"color": colour, "marker": MARKERS[(index + defended) % len(MARKERS)],
             "linestyle": "--" if defended else "-"}  # fmt: skip
 
@@ -71,7 +75,7 @@ def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return front
 
 
-def privacy_utility_pngs(rows: list[dict], attack: str, folder: Path) -> list[Path]:
+def privacy_utility_pngs(rows: list[Row], attack: str, folder: Path) -> list[Path]:
     """Per (model, dataset): each technique's trajectory (validation NLL, ``attack``'s AUC) over its
     checkpoints, means over seeds, epochs labelled, and the Pareto frontier of all points marked.
     Written to ``folder/<model>__<dataset>.png``; returns the paths."""
@@ -82,14 +86,16 @@ def privacy_utility_pngs(rows: list[dict], attack: str, folder: Path) -> list[Pa
 
     from privauditor.tasks.spec.resolved import slug
 
+    from .blocks import measured
     from .summary import technique
 
-    curves: dict[tuple, dict[str, dict[int, list[tuple[float, float]]]]] = defaultdict(
+    curves: dict[tuple[str, str], dict[str, dict[float, list[tuple[float, float]]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     for r in rows:
-        if r["attack"] == attack and r["epoch"] is not None:
-            curves[(r["model"], r["dataset"])][technique(r)][r["epoch"]].append((r["utility_loss"], r["auc"]))
+        if r["attack"] == attack and (epoch := r["epoch"]) is not None:
+            point = (measured(r, "utility_loss"), measured(r, "auc"))
+            curves[(r["model"], r["dataset"])][technique(r)][epoch].append(point)
     written = []
     for (model, dataset), techniques in sorted(curves.items()):
         fig = Figure(figsize=(6.5, 4.5), dpi=100)
@@ -124,3 +130,33 @@ def privacy_utility_pngs(rows: list[dict], attack: str, folder: Path) -> list[Pa
         path = Path(folder) / f"{slug(model)}__{slug(dataset)}.png"
         written.append(atomic_write(path, fig.savefig, suffix=".png"))
     return written
+
+
+def score_histograms_png(panels: list[tuple[str, list[float], list[float]]]) -> bytes:
+    """Members' and non-members' scores side by side, one panel per ``(title, member scores, non-member
+    scores)``, each side's histogram normalised to density (the two files' sizes differ) over the same
+    bins: how far the attack pulls the members apart is what the AUC summarises. PNG bytes, to embed."""
+    import io
+
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3.4 * len(panels), 2.8), dpi=100)
+    FigureCanvasAgg(fig)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.18, top=0.86, wspace=0.28)
+    for i, (title, members, nonmembers) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), i + 1)
+        bins = min(30, max(8, len(members) // 2))
+        edges = np.histogram_bin_edges(np.r_[members, nonmembers], bins=bins).tolist()
+        sides = ((nonmembers, "#1f77b4", "non-members"), (members, "#c0392b", "members"))
+        for scores, colour, label in sides:
+            ax.hist(scores, edges, density=True, alpha=0.55, color=colour, label=f"{label} ({len(scores)})")
+        ax.set_title(title, fontsize=8)
+        ax.set_xlabel("score (higher: more member-like)", fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.legend(fontsize=6)
+    fig.axes[0].set_ylabel("density", fontsize=7)
+    data = io.BytesIO()
+    fig.savefig(data, format="png")
+    return data.getvalue()

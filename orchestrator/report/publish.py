@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.infra.files import replace_folder, write_json
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
+
+from .row_schema import Row
 
 #: the parts of a cell's ``cell.json`` that are published (``runtime`` names machines; it stays home)
 PROVENANCE_KEYS = (
@@ -33,11 +34,9 @@ PROVENANCE_KEYS = (
 MARKER = "published.json"
 
 
-def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[dict[str, Any]]:
+def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[Row]:
     """Write the public export of ``results`` to ``to``; returns the leaderboard rows."""
     results, to = Path(results).resolve(), Path(to).resolve()
-    from privauditor.orchestrator.store.storage import Results
-
     Results.at(results).check_readable()  # not a results folder, or one of another format: refused, not read
     if to == results or to in results.parents:
         raise PrivauditorError(f"--to {to} would replace the results folder itself: choose another folder")
@@ -57,15 +56,15 @@ def publish(results: Path, to: Path, wandb_project: str | None = None) -> list[d
     found = rows(results)
     replace_folder(to, lambda tmp: _write(results, tmp, found))
     if wandb_project:
-        from privauditor.orchestrator.store.tracking import log_leaderboard
         from privauditor.orchestrator.sweepfile.sweep import WandbSettings
+        from privauditor.orchestrator.tracking import log_leaderboard
 
         mode = os.environ.get("WANDB_MODE") or "online"
         log_leaderboard(WandbSettings(mode=mode, project=wandb_project), results.name, to, found)
     return found
 
 
-def _write(results: Path, tmp: Path, found: list[dict[str, Any]]) -> None:
+def _write(results: Path, tmp: Path, found: list[Row]) -> None:
     """Every published file of ``results``' leaderboard rows ``found`` into the empty folder ``tmp``."""
     from . import export_files
     from .exports import finished_times
@@ -74,14 +73,14 @@ def _write(results: Path, tmp: Path, found: list[dict[str, Any]]) -> None:
     (tmp / "plots").mkdir()
     cells = sorted({r["cell_id"] for r in found})
     for cell_id in cells:
-        png = results / "plots" / f"{cell_id}.png"
+        png = Results(results).roc_image(cell_id)
         if png.is_file():
             shutil.copyfile(png, tmp / "plots" / png.name)
     write(tmp, found)
     export_files.write(tmp, found, finished_times(results, cells))  # Hub and Every Eval Ever files, both
     provenance = {}
     for cell_id in cells:
-        record = ResultsFolder(results).cell(cell_id).record()
-        provenance[cell_id] = {k: record[k] for k in PROVENANCE_KEYS if k in record}
+        record = Results(results).cell(cell_id).record()
+        provenance[cell_id] = {k: v for k, v in record.items() if k in PROVENANCE_KEYS}  # sorted when written
     write_json(tmp / "provenance.json", {"cells": provenance})
     write_json(tmp / MARKER, {"results": results.name, "cells": len(cells), "rows": len(found)})

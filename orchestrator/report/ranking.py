@@ -77,7 +77,7 @@ def complete_blocks(
         names = sorted(set(techniques))
     blocks = [b for b, row in values.items() if all(_present(row.get(name)) for name in names)]
     try:
-        blocks.sort()
+        blocks.sort()  # type: ignore[call-arg]  # blocks of one kind compare; mixed kinds raise, handled below
     except TypeError:  # blocks of mixed types: still a fixed order
         blocks.sort(key=repr)
     matrix = np.array([[float(values[b][name]) for name in names] for b in blocks], dtype=np.float64)
@@ -281,6 +281,7 @@ def random_effects(
         raise ValueError("sampling variances must be positive")
     if tau2_method not in _TAU2_METHODS:
         raise ValueError(f"tau2_method must be one of {sorted(_TAU2_METHODS)}, got {tau2_method!r}")
+    labels: tuple[str | None, str]  # the tau^2 estimator (none for one effect) and the interval's method
     if y.size == 1:  # nothing to pool and no heterogeneity to estimate
         estimate, se, tau2, df, labels = float(y[0]), math.sqrt(v[0]), None, None, (None, "normal")
         scale, quantile = None, stats.norm.isf((1 - level) / 2)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
+from privauditor.tasks.infra.records import CellRecord, CheckpointRecord
 from privauditor.tasks.spec.resolved import CellSpec, setting_of
 
 KINDS = ("string", "int", "float", "bool")
@@ -25,9 +26,9 @@ class Source:
     """What a row is read from: a finished cell's ``cell.json`` record and resolved spec, one checkpoint's
     record, and one attack's name and metrics there."""
 
-    record: dict[str, Any]
+    record: CellRecord
     spec: CellSpec
-    checkpoint: dict[str, Any]
+    checkpoint: CheckpointRecord
     attack: str
     metrics: dict[str, Any]
 
@@ -55,29 +56,63 @@ def access_of(attack: str) -> str:
     return ATTACKS.get(attack).access if attack in ATTACKS else "?"
 
 
-def trainable_fraction(record: dict[str, Any]) -> float | None:
+def trainable_fraction(record: CellRecord) -> float | None:
     """Trainable parameters over all of the adapted model's (peft's convention), None where unknown."""
     total = record.get("total_params")
     return record["trainable_params"] / total if total else None
 
 
-def _tpr_columns() -> list[Column]:
+#: how a value is read from one attack's metrics
+MetricsReader = Callable[[dict[str, Any]], Any]
+
+
+def _metric(key: str) -> MetricsReader:
+    """Reads ``key`` of an attack's metrics (None where they lack it)."""
+    return lambda metrics: metrics.get(key)
+
+
+def _interval_end(key: str, index: int) -> MetricsReader:
+    """Reads one end (``index`` 0 or 1) of the interval ``key`` of an attack's metrics (None without it)."""
+    return lambda metrics: (metrics.get(key) or (None, None))[index]
+
+
+def _of_metrics(read: MetricsReader) -> Callable[[Source], Any]:
+    """A column's value read from its source's metrics alone."""
+    return lambda s: read(s.metrics)
+
+
+def _tpr_readers() -> dict[str, MetricsReader]:
     """Per low-FPR rate (tasks/stats/metrics.py): its Clopper-Pearson interval, the 95 % upper bound on the true
     FPR of its threshold, and whether fewer than 10 false positives were expected (``few``); then the TPR
-    at 0 false positives, which is how a 0.1 % rate is shown below 10,000 non-members."""
-    found = []
+    at 0 false positives, which is how a 0.1 % rate is shown below 10,000 non-members. Each is read from
+    the attack's metrics alone, so an audit's report reads them too (:func:`tpr_fields`)."""
+    found: dict[str, MetricsReader] = {}
     for rate in ("tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "tpr_at_0fp"):
         for end, index in (("_ci_low", 0), ("_ci_high", 1)):
-            found.append(Column(rate + end, lambda s, r=rate, i=index: (s.metrics.get(f"{r}_ci") or (None, None))[i],
-                                level="attack", setting=False, since=2))  # fmt: skip
-        found.append(Column(f"{rate}_fpr_bound", lambda s, r=rate: s.metrics.get(f"{r}_fpr_bound"),
-                            level="attack", setting=False, since=2))  # fmt: skip
+            found[rate + end] = _interval_end(f"{rate}_ci", index)
+        found[f"{rate}_fpr_bound"] = _metric(f"{rate}_fpr_bound")
         if rate != "tpr_at_0fp":
-            found.append(Column(f"{rate}_few", lambda s, r=rate: s.metrics.get(f"{r}_few"), "bool", "attack",
-                                setting=False, since=2))  # fmt: skip
-    found.append(Column("tpr_at_0fp", lambda s: s.metrics.get("tpr_at_0fp"), level="attack", setting=False,
-                        since=2))  # fmt: skip
+            found[f"{rate}_few"] = _metric(f"{rate}_few")
+    found["tpr_at_0fp"] = _metric("tpr_at_0fp")
     return found
+
+
+_TPR_READERS = _tpr_readers()
+
+
+def _tpr_columns() -> list[Column]:
+    """The low-FPR columns (:func:`_tpr_readers`): per attack, board records of schema 2 and later."""
+    return [
+        Column(
+            name,
+            _of_metrics(read),
+            "bool" if name.endswith("_few") else "float",
+            level="attack",
+            setting=False,
+            since=2,
+        )  # fmt: skip
+        for name, read in _TPR_READERS.items()
+    ]
 
 
 def _extraction_columns() -> list[Column]:
@@ -86,26 +121,29 @@ def _extraction_columns() -> list[Column]:
     members' and the non-members' rates and their difference with its interval, from the checkpoint's
     ``extraction`` (None in results that predate it, and in the rows of every attack alike: a cell-level
     figure)."""
-
-    def read(s: Source, path: tuple[str, ...], index: int | None = None) -> Any:
-        value: Any = s.checkpoint.get("extraction") or {}
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        return value if index is None or value is None else value[index]
-
     found = []
     for name, where, key, since in (("extraction_greedy", (), "greedy", 3), ("extraction_sampled", (), "sampled", 3),
                                     ("pii_reconstructed", ("pii", "all"), "reconstructed", 3),
                                     ("pii_inferred", ("pii_inference", "all"), "inferred", 4)):  # fmt: skip
         for field in ("members", "nonmembers", "difference"):
-            found.append(
-                Column(f"{name}_{field}", lambda s, p=(*where, f"{key}_{field}"): read(s, p), since=since)
-            )
+            found.append(Column(f"{name}_{field}", _extraction((*where, f"{key}_{field}")), since=since))
         for end, index in (("_ci_low", 0), ("_ci_high", 1)):
-            found.append(Column(f"{name}_difference{end}",
-                                lambda s, p=(*where, f"{key}_difference_ci"), i=index: read(s, p, i),
+            found.append(Column(f"{name}_difference{end}", _extraction((*where, f"{key}_difference_ci"), index),
                                 setting=False, since=since))  # fmt: skip
     return found
+
+
+def _extraction(path: tuple[str, ...], index: int | None = None) -> Callable[[Source], Any]:
+    """Reads the checkpoint's ``extraction`` at ``path`` (an interval: its end ``index``), None where a
+    level is missing."""
+
+    def read(s: Source) -> Any:
+        value: Any = s.checkpoint.get("extraction") or {}
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value if index is None or value is None else value[index]
+
+    return read
 
 
 def _exposure(s: Source, which: str) -> Any:
@@ -187,10 +225,87 @@ SETTING_KINDS = {"technique": "string", "last": "bool", "n_seeds": "int", "seeds
                  "ci_over": "string", "eps_bounded": "int", "replicas_agree": "bool", "cells": "string"}  # fmt: skip
 
 
+#: A leaderboard row's type: :data:`ROW`'s columns with their kinds (``tests/test_leaderboard.py`` holds the
+#: two equal, so a column is added in both or the test fails). Rows are built by :func:`row` and read as
+#: ``Row``, so the type checker knows the column names their readers write; a reader that also takes the
+#: board's rows (which merge these and add columns of their own) reads a ``Mapping[str, Any]``.
+Row = TypedDict(
+    "Row",
+    {
+        "cell_id": str,
+        "model": str,
+        "adaptation": str,
+        "dataset": str,
+        "seed": int | None,
+        "epoch": float | None,
+        "step": int | None,
+        "best": bool | None,
+        "attack": str,
+        "access": str,
+        "auc": float | None,
+        "auc_ci_low": float | None,
+        "auc_ci_high": float | None,
+        "tpr_at_0.1pct_fpr": float | None,
+        "tpr_at_1pct_fpr": float | None,
+        "tpr_at_0.1pct_fpr_ci_low": float | None,
+        "tpr_at_0.1pct_fpr_ci_high": float | None,
+        "tpr_at_0.1pct_fpr_fpr_bound": float | None,
+        "tpr_at_0.1pct_fpr_few": bool | None,
+        "tpr_at_1pct_fpr_ci_low": float | None,
+        "tpr_at_1pct_fpr_ci_high": float | None,
+        "tpr_at_1pct_fpr_fpr_bound": float | None,
+        "tpr_at_1pct_fpr_few": bool | None,
+        "tpr_at_0fp_ci_low": float | None,
+        "tpr_at_0fp_ci_high": float | None,
+        "tpr_at_0fp_fpr_bound": float | None,
+        "tpr_at_0fp": float | None,
+        "n_members": int | None,
+        "n_nonmembers": int | None,
+        "utility_loss": float | None,
+        "extraction_greedy_members": float | None,
+        "extraction_greedy_nonmembers": float | None,
+        "extraction_greedy_difference": float | None,
+        "extraction_greedy_difference_ci_low": float | None,
+        "extraction_greedy_difference_ci_high": float | None,
+        "extraction_sampled_members": float | None,
+        "extraction_sampled_nonmembers": float | None,
+        "extraction_sampled_difference": float | None,
+        "extraction_sampled_difference_ci_low": float | None,
+        "extraction_sampled_difference_ci_high": float | None,
+        "pii_reconstructed_members": float | None,
+        "pii_reconstructed_nonmembers": float | None,
+        "pii_reconstructed_difference": float | None,
+        "pii_reconstructed_difference_ci_low": float | None,
+        "pii_reconstructed_difference_ci_high": float | None,
+        "pii_inferred_members": float | None,
+        "pii_inferred_nonmembers": float | None,
+        "pii_inferred_difference": float | None,
+        "pii_inferred_difference_ci_low": float | None,
+        "pii_inferred_difference_ci_high": float | None,
+        "exposure_repeats": int | None,
+        "exposure_top": float | None,
+        "exposure_once": float | None,
+        "trainable_params": int | None,
+        "trainable_fraction": float | None,
+        "train_seconds": float | None,
+        "defence": str | None,
+        "epsilon": float | None,
+        "epsilon_target": float | None,
+        "delta": float | None,
+        "eps_lower": float | None,
+        "eps_ceiling": float | None,
+        "dp_violation": bool | None,
+        "auc_repeated_vs_singleton": float | None,
+        "setting": str,
+        "runs": int | None,
+    },
+    total=False,
+)
+
+
 def tpr_fields(metrics: dict[str, Any]) -> dict[str, Any]:
     """The :data:`TPR_COLUMNS` of one attack's metrics (None where a results folder predates them)."""
-    source = Source({}, None, {}, "", metrics)
-    return {c.name: c.value(source) for c in ROW if c.name in TPR_COLUMNS}
+    return {name: read(metrics) for name, read in _TPR_READERS.items()}
 
 
 def columns() -> list[str]:
@@ -198,9 +313,9 @@ def columns() -> list[str]:
     return [c.name for c in ROW]
 
 
-def row(source: Source) -> dict[str, Any]:
+def row(source: Source) -> Row:
     """One leaderboard row of a finished cell."""
-    return {c.name: c.value(source) for c in ROW}
+    return {c.name: c.value(source) for c in ROW}  # type: ignore[return-value]  # the columns are Row's
 
 
 def record_fields(level: str, version: int) -> tuple[str, ...]:

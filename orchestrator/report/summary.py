@@ -1,14 +1,21 @@
 """Mean ± std AUC per group of leaderboard rows at each cell's last checkpoint: what the leaderboard
-files, the HTML page and ``privauditor report`` print (``findings.md`` compares checkpoints)."""
+files, the HTML page and ``privauditor report`` print (``findings.md`` compares checkpoints).
+
+These read a few columns of any row of the leaderboard's columns: a results folder's rows
+(:data:`~privauditor.orchestrator.report.row_schema.Row`) and the board's cell and setting rows alike."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+#: a row of the leaderboard's columns (:func:`final` returns the rows it is given, of their own type)
+R = TypeVar("R", bound=Mapping[str, Any])
 
 SUMMARY_HEADER = ["AUC mean ± std", "std over", "rows"]
 
 
-def technique(row: dict[str, Any]) -> str:
+def technique(row: Mapping[str, Any]) -> str:
     """A row's technique as summaries group it: the adaptation, with its defence if it has one (the cell
     id's technique part, e.g. ``full+dp-e1``), so defended and undefended cells are never pooled."""
     from privauditor.tasks.spec.resolved import technique_of
@@ -20,7 +27,7 @@ def technique(row: dict[str, Any]) -> str:
     )
 
 
-def final(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def final(found: Sequence[R]) -> list[R]:
     """The rows of each cell's last checkpoint (a trajectory's earlier checkpoints are left out)."""
     last: dict[str, int] = {}
     for row in found:
@@ -29,7 +36,9 @@ def final(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in found if r["epoch"] is None or r["epoch"] == last[r["cell_id"]]]
 
 
-def cells_of(rows: list[dict[str, Any]], unit: str = "cell_id") -> tuple[set[Any], dict[str, set[Any]]]:
+def cells_of(
+    rows: Sequence[Mapping[str, Any]], unit: str = "cell_id"
+) -> tuple[set[Any], dict[str, set[Any]]]:
     """Every ``unit`` (cell) the rows hold, and per attack the cells it has a row in."""
     cells: dict[str, set[Any]] = {}
     for row in rows:
@@ -37,7 +46,7 @@ def cells_of(rows: list[dict[str, Any]], unit: str = "cell_id") -> tuple[set[Any
     return set().union(*cells.values()) if cells else set(), cells
 
 
-def apart(rows: list[dict[str, Any]], unit: str = "cell_id") -> dict[str, set[Any]]:
+def apart(rows: Sequence[Mapping[str, Any]], unit: str = "cell_id") -> dict[str, set[Any]]:
     """The attacks that lack a row in some of the rows' cells (they abstained on every text there, or were
     skipped), with the cells they have. Means compare attacks over the same cells, so these are shown apart
     (:func:`apart_table`) and left out of every mean over attacks (:func:`summary`)."""
@@ -45,7 +54,7 @@ def apart(rows: list[dict[str, Any]], unit: str = "cell_id") -> dict[str, set[An
     return {attack: found for attack, found in cells.items() if found != every}
 
 
-def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
+def summary(found: Sequence[Mapping[str, Any]], by: str) -> list[list[Any]]:
     """Mean ± std AUC per value of ``by`` (e.g. adaptation) at each cell's last checkpoint, best first;
     per adaptation, over the attacks that read the model (model-free controls left out). Only attacks with
     a row in every cell count (:func:`apart`): per attack, every mean is over the same cells; per
@@ -78,7 +87,9 @@ def summary(found: list[dict[str, Any]], by: str) -> list[list[Any]]:
 APART_HEADER = ["attack", "cells with a row", "AUC mean over them", "strongest compared attack over them"]
 
 
-def apart_table(found: list[dict[str, Any]], unit: str = "cell_id", last: bool = True) -> list[list[Any]]:
+def apart_table(
+    found: Sequence[Mapping[str, Any]], unit: str = "cell_id", last: bool = True
+) -> list[list[Any]]:
     """Per attack left out of the summaries (:func:`apart`): in how many of the cells it has a row, its mean
     AUC over those, and the compared attack of highest mean AUC over the same cells (``last``: at each
     cell's last checkpoint; else ``found`` holds one row per cell and attack already)."""

@@ -4,26 +4,29 @@ end of a sweep and ``privauditor report`` again on demand; both call these."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from privauditor.orchestrator.store.storage import Results
 from privauditor.tasks.infra.files import write_text
+from privauditor.tasks.infra.results import Results
+
+if TYPE_CHECKING:
+    from .row_schema import Row
 
 
-def leaderboard(results: Results, found: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def leaderboard(results: Results, found: list[Row] | None = None) -> list[Row]:
     """Rebuild the leaderboard from the finished cells (fetched from an object store first), or from
     their rows ``found`` where the caller has read them already."""
     from .leaderboard import build
 
     if found is None:
         results.pull_summaries()
-    found = build(results.local, found)
+    built = build(results.root, found)
     results.push_leaderboard()
-    return found
+    return built
 
 
 def write_findings(
-    results: Results, found: list[dict[str, Any]], attack: str = "loss", other: tuple | None = None
+    results: Results, found: list[Row], attack: str = "loss", other: tuple[str, list[Row]] | None = None
 ) -> str:
     """``findings.md`` and the privacy–utility plots from the leaderboard rows ``found`` (``other``: a
     (name, rows) pair of another folder to rank against); returns the text."""
@@ -34,14 +37,14 @@ def write_findings(
     from .plots import privacy_utility_pngs
 
     results.fetch(ATTEMPTS)  # the confirmatory attempts logged so far (an object store's copy)
-    text = findings(results.local, found, attack, other)
-    write_text(results.local / "findings.md", text)
+    text = findings(results.root, found, attack, other)
+    write_text(results.root / "findings.md", text)
     results.upload("findings.md")
-    if (results.local / ATTEMPTS).exists():
+    if (results.root / ATTEMPTS).exists():
         results.upload(ATTEMPTS)
-    for path in privacy_utility_pngs(found, attack, results.local / "plots" / "privacy_utility"):
-        results.upload(path.relative_to(results.local).as_posix())
-    write_html(results.local, found)  # now with the plots
+    for path in privacy_utility_pngs(found, attack, results.root / "plots" / "privacy_utility"):
+        results.upload(path.relative_to(results.root).as_posix())
+    write_html(results.root, found)  # now with the plots
     results.upload("leaderboard.html")
     return text
 

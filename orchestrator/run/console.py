@@ -76,7 +76,7 @@ def eta_seconds(elapsed: float, finished: set[str], total: int, weights: dict[st
     if len(weights) != total or not all(w > 0 for w in weights.values()):
         return elapsed / done * (total - done)
     spent = sum(weights[c] for c in finished)
-    return elapsed / spent * (sum(weights.values()) - spent)
+    return max(0.0, elapsed / spent * (sum(weights.values()) - spent))  # never "-0.0" from rounding
 
 
 def weights(sweep: Any, specs: dict[str, Any]) -> dict[str, float] | None:

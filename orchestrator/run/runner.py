@@ -6,7 +6,7 @@ scheduled at all, so a rerun after a crash, or after adding cells to the sweep, 
 missing. The rest run as Ray Tune trials (``trials.py``); work cells share is done once, under file
 locks, by the first cell that needs it (shared views, neighbour texts in ``OUT/shared/``). The
 leaderboard is rebuilt as trials finish and when the sweep ends. ``OUT`` may be an object-store URI
-(``storage.py``). Ctrl-C stops the running cells (marked ``INTERRUPTED``) and keeps what finished.
+(``tasks/infra/results.py``). Ctrl-C stops the running cells (marked ``INTERRUPTED``) and keeps what finished.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from privauditor.orchestrator.report.write import answer_section, leaderboard, write_findings
-from privauditor.orchestrator.store.storage import Results
 from privauditor.orchestrator.sweepfile.sweep import Sweep
 from privauditor.tasks.infra.files import write_text
-from privauditor.tasks.infra.results import ResultsFolder, check_results_dir
+from privauditor.tasks.infra.results import Results
 
 
 def pending(specs: list[Any], results: Results) -> list[Any]:
@@ -32,42 +31,22 @@ def run_sweep(
     address: str | None = None,
     max_concurrent: int | None = None,
     verbose: bool = False,
+    add_spec: bool = False,
 ) -> int:
     """Run every cell of ``sweep`` that is not DONE in ``out`` (a folder or an object-store URI);
-    returns the exit code."""
+    returns the exit code. A folder holding another sweep's settings is refused unless ``add_spec``."""
     import contextlib
 
-    import yaml
+    from .trials import check_placeable, check_reachable, ray_session, run_trials
 
-    from . import bases
-    from .trials import check_placeable, ray_session, run_trials
-
-    results = Results.at(out)
-    results.fetch("privauditor.json")  # an object store's marker decides, as a folder's does
-    check_results_dir(results.local)
-    results.upload("privauditor.json")
-    local = results.local
-    for stale in [
-        *local.glob(".*.tmp-*"),
-        *local.glob("plots/.*.tmp-*"),
-        *local.glob("plots/privacy_utility/.*.tmp-*"),
-    ]:  # being written when a run was killed
-        stale.unlink()
+    check_reachable(address)  # before the results folder is made: a wrong address leaves nothing behind
+    results = Results.open_for_writing(out, sweep.writer(), add_spec)
     failures: list[tuple[str, str]] = []
     with contextlib.ExitStack() as stack:
-        specs = [cell.resolve(build=False) for cell in sweep.cells]
-        missing = bases.missing(specs)
-        if missing:  # a cell's id needs its models' weights: build them first
-            stack.enter_context(ray_session(address, verbose))
-            bases.build(missing)
-            specs = [cell.resolve(build=False) for cell in sweep.cells]
-        write_text(
-            local / "sweep.yaml",
-            yaml.safe_dump(sweep.resolved([s.cell_id() for s in specs]), sort_keys=False),
-        )
-        results.upload("sweep.yaml")
+        specs = _resolved(sweep, lambda: stack.enter_context(ray_session(address, verbose)))
+        _write_resolved_sweep(sweep, specs, results)
         todo = pending(specs, results)
-        where = results.uri if results.remote else local
+        where = results.uri if results.remote else results.root
         print(f"sweep '{sweep.name}': {len(specs)} cells, {len(specs) - len(todo)} already done, "
               f"{len(todo)} to run; results in {where}", flush=True)  # fmt: skip
         for dropped in sweep.dropped:
@@ -78,27 +57,56 @@ def run_sweep(
             failures = run_trials(sweep, todo, results, lambda: leaderboard(results), max_concurrent, verbose)
     failed = {cell_id for cell_id, _ in failures}
     interrupted = [s.cell_id() for s in pending(specs, results) if s.cell_id() not in failed]
-    found = leaderboard(results)
-    if todo and not interrupted:
-        from privauditor.orchestrator.store.tracking import log_leaderboard
-
-        log_leaderboard(sweep.wandb, sweep.name, local, found)
-    print(f"leaderboard: {local / 'leaderboard.html'} ({len(found)} rows)")
-    if found:
-        print(answer_section(write_findings(results, found)))
-        print(f"findings: {local / 'findings.md'} (privauditor report {out} prints them)")
-        if todo and sweep.wandb.mode == "offline" and (local / "wandb").is_dir():
-            print(
-                f"W&B: offline runs in {local / 'wandb'}; `wandb sync {local / 'wandb'}/offline-run-*` uploads them"
-            )
+    _report(sweep, results, out, mirrored=bool(todo) and not interrupted)
     for cell_id, error in failures:
         print(f"FAILED {cell_id}: {error}")
     if interrupted:
         for cell_id in interrupted:  # a started cell's partial files stay for inspection; a rerun redoes it
-            if ResultsFolder(local).cell(cell_id).mark_interrupted():
-                results.upload(ResultsFolder.relative(cell_id, "INTERRUPTED"))
+            if results.cell(cell_id).mark_interrupted():
+                results.upload(Results.relative(cell_id, "INTERRUPTED"))
         print(
             f"interrupted: {len(interrupted)} cells not finished; run the same command again to finish them"
         )
         return 130
     return 1 if failures else 0
+
+
+def _resolved(sweep: Sweep, start_ray: Any) -> list[Any]:
+    """The sweep's cells resolved; a cell's id needs its models' weights, so missing offline bases are
+    built first (on Ray, started by ``start_ray``)."""
+    from . import bases
+
+    specs = [cell.resolve(build=False) for cell in sweep.cells]
+    missing = bases.missing(specs)
+    if missing:
+        start_ray()
+        bases.build(missing)
+        specs = [cell.resolve(build=False) for cell in sweep.cells]
+    return specs
+
+
+def _write_resolved_sweep(sweep: Sweep, specs: list[Any], results: Results) -> None:
+    """``OUT/sweep.yaml``: the sweep as it runs, every default filled in, with its cells' ids."""
+    import yaml
+
+    text = yaml.safe_dump(sweep.resolved([s.cell_id() for s in specs]), sort_keys=False)
+    write_text(results.root / "sweep.yaml", text)
+    results.upload("sweep.yaml")
+
+
+def _report(sweep: Sweep, results: Results, out: str | Path, mirrored: bool) -> None:
+    """The leaderboard and findings of what finished (``mirrored``: also the leaderboard to W&B)."""
+    found, local = leaderboard(results), results.root
+    if mirrored:
+        from privauditor.orchestrator.tracking import log_leaderboard
+
+        log_leaderboard(sweep.wandb, sweep.name, local, found)
+    print(f"leaderboard: {local / 'leaderboard.html'} ({len(found)} rows)")
+    if not found:
+        return
+    print(answer_section(write_findings(results, found)))
+    print(f"findings: {local / 'findings.md'} (privauditor report {out} prints them)")
+    if mirrored and sweep.wandb.mode == "offline" and (local / "wandb").is_dir():
+        print(
+            f"W&B: offline runs in {local / 'wandb'}; `wandb sync {local / 'wandb'}/offline-run-*` uploads them"
+        )

@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from privauditor.tasks.infra.errors import PrivauditorError
+
 FORWARDED_ENV = ("PRIVAUDITOR_", "HF_", "TRANSFORMERS_", "WANDB_", "TOKENIZERS_", "XDG_CACHE_HOME")
 
 
@@ -46,6 +48,25 @@ def ray_session(address: str | None, verbose: bool, cpus: int | None = None) -> 
         yield
     finally:
         ray.shutdown()
+
+
+def check_reachable(address: str | None) -> None:
+    """A one-line error, in a second rather than after Ray's retries, when nothing listens at a cluster
+    ``address`` (``host:port`` or ``ray://host:port``; ``auto`` is left to Ray)."""
+    import socket
+
+    if not address or address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise PrivauditorError(f"--address {address}: expected host:port (or ray://host:port, or auto)")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise PrivauditorError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one (ray start --head) "
+            "or leave --address out to run on this machine"
+        ) from None
 
 
 def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:
@@ -98,15 +119,13 @@ def _trial(
 ) -> None:
     """One cell, inside a Ray Tune trial; a finished cell is mirrored to W&B from here (once: a retried
     trial logs only when it succeeds)."""
-    import json
 
     import ray
     import torch
     from ray import tune
 
-    from privauditor.orchestrator.store.storage import Results
     from privauditor.tasks.cell.run import CellEnvironment, run_cell
-    from privauditor.tasks.infra.results import checkpoint_results
+    from privauditor.tasks.infra.results import CellFolder, Results, checkpoint_results
 
     from ..report.plots import roc_png
     from .attack_actor import attack_actor, ray_tasks
@@ -136,16 +155,16 @@ def _trial(
     if results.done(cell_id):  # finished since the sweep started (another run of the same sweep)
         tune.report({"max_auc": float("nan"), "skipped": True})
         return
-    outcome = run_cell(specs[cell_id], results.local, env)
-    roc_png(outcome.metrics, results.local / "plots" / f"{outcome.cell_id}.png", outcome.cell_id)
+    outcome = run_cell(specs[cell_id], results.root, env)
+    roc_png(outcome.metrics, results.roc_image(outcome.cell_id), outcome.cell_id)
     results.push_cell(outcome.cell_id)  # object stores: every file uploaded, DONE last
-    results.upload(f"plots/{outcome.cell_id}.png")
-    from privauditor.orchestrator.store.tracking import checkpoint_report, log_cell
+    results.upload(results.roc_key(outcome.cell_id))
+    from privauditor.orchestrator.tracking import checkpoint_report, log_cell
 
     audited = checkpoint_results(outcome.path)
     if sweep is not None and not outcome.skipped:
-        record = json.loads((outcome.path / "cell.json").read_text())
-        log_cell(sweep.wandb, sweep.name, results.local, record, audited)
+        record = CellFolder.at(outcome.path).record()
+        log_cell(sweep.wandb, sweep.name, results.root, record, audited)
     for checkpoint, metrics in audited:  # one report per checkpoint: Tune's progress follows the epochs
         tune.report(checkpoint_report(checkpoint, metrics) | {"skipped": outcome.skipped})
 
@@ -177,7 +196,7 @@ def run_trials(
         trainable, lambda config: tune.PlacementGroupFactory(*placed[config["cell_id"]])
     )
     storage = run.storage_path or (
-        f"{results.uri.rstrip('/')}/ray" if results.remote else str(results.local / "ray")
+        f"{results.uri.rstrip('/')}/ray" if results.remote else str(results.root / "ray")
     )
     tuner = tune.Tuner(
         trainable,
@@ -203,8 +222,12 @@ def run_trials(
     with _quiet(not verbose):
         found = tuner.fit()  # SIGINT: Tune stops the running trials and returns what finished
     failures = [(r.config["cell_id"], reason(r.error)) for r in found if r.error]
+    finished = sum(results.done(spec.cell_id()) for spec in todo)  # not those Ctrl-C stopped
+    stopped = len(todo) - finished - len(failures)
     print(
-        f"{len(todo) - len(failures)} cells ran, {len(failures)} failed, {time.perf_counter() - started:.0f} s"
+        f"{finished} cells ran, {len(failures)} failed"
+        + (f", {stopped} stopped" if stopped > 0 else "")
+        + f", {time.perf_counter() - started:.0f} s"
     )
     return failures
 

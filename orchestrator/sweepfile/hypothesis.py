@@ -43,13 +43,13 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from privauditor.tasks.infra.errors import PrivauditorError, unknown_name_message
-from privauditor.tasks.infra.results import ResultsFolder
+from privauditor.tasks.infra.results import Results
 from privauditor.tasks.infra.strict import build, load_yaml, read_yaml
 
 CHECKPOINTS = ("last", "best")
@@ -240,7 +240,7 @@ def blocks_of(out: Path, cell_ids: set[str]) -> tuple[set[Block], set[str | None
     """The blocks, code revisions and seeds of a results folder's cells ``cell_ids`` (their ``cell.json``)."""
     blocks, revisions, seeds = set(), set(), set()
     for cell_id in sorted(cell_ids):
-        record = ResultsFolder(out).cell(cell_id).record()
+        record = Results(out).cell(cell_id).record()
         config = record.get("config", {})
         recipe = (record.get("model") or {}).get("path_name", "") if _tiny(config.get("model")) else ""
         blocks.add(
@@ -322,7 +322,7 @@ def of_sweep(out: Path) -> tuple[Hypothesis | None, str]:
         return None, ""
 
 
-def of_results(out: Path, rows: list[dict[str, Any]]) -> tuple[Hypothesis | None, Registration | None]:
+def of_results(out: Path, rows: Sequence[Mapping[str, Any]]) -> tuple[Hypothesis | None, Registration | None]:
     """A results folder's sweep hypothesis (its ``sweep.yaml``) and whether it was pre-registered for
     the cells of ``rows`` (None, None without one, or with one that no longer parses)."""
     hypothesis, sweep = of_sweep(out)

@@ -11,6 +11,10 @@ A ``defence`` entry is a name (``none``, ``dp``) or a one-key mapping of a name 
 over the sweep's ``defence_params`` (``defence: [none, {dp: {epsilon: 1}}, {dp: {epsilon: 8}}]``: the
 same cells without a defence and at two privacy budgets). Without the key every cell is undefended.
 
+``attacks: all`` (the sweep's or an override's) is every registered attack, plugins from other installed
+packages included, sorted by name: expanded here, when the file is parsed, so a sweep that runs every
+attack takes a new one without an edit. ``all`` stands alone: beside attack names it is an error.
+
 Example::
 
     sweep = load_sweep("benchmarks/sweeps/smoke.yaml")
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import privauditor.sweeps as sweeps_package
+from privauditor.tasks.infra.cache import stable_hash
 from privauditor.tasks.infra.errors import PrivauditorError, closest, unknown_name_message
 from privauditor.tasks.infra.strict import build, read_yaml, yaml_hint
 from privauditor.tasks.spec.config import CellConfig, cell_config
@@ -36,11 +41,15 @@ from .hypothesis import Hypothesis, parse
 from .matrix import Dropped, defence_reason, expand
 
 MATRIX_KEYS = ("model", "adaptation", "dataset")
+#: sweep keys that do not shape a cell's results: which cells there are, how they run, the hypothesis
+NOT_SHAPING = ("name", "matrix", "seeds", "exclude", "run", "tracking", "hypothesis")
 #: keys exclude / overrides entries may match on
 MATCH_KEYS = (*MATRIX_KEYS, "defence", "seed")
 CELL_KEYS = ("attacks", "split", "train", "score", "attack_params", "adaptation_params", "reference",
              "defence_params")  # fmt: skip
 TOP_KEYS = ("name", "seeds", "matrix", "exclude", "overrides", "run", "tracking", "hypothesis", *CELL_KEYS)
+#: ``attacks: all``: every registered attack
+ALL_ATTACKS = "all"
 SWEEPS_DIR = Path(sweeps_package.__file__).resolve().parent  # benchmarks/sweeps, shipped as package data
 #: a sweep's name: the default results folder's (results/<name>), so one safe path segment
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -106,6 +115,19 @@ class Sweep:
     wandb: WandbSettings
     source: dict[str, Any] = field(repr=False)
     hypothesis: Hypothesis | None = None  # the one confirmatory test (orchestrator/sweepfile/hypothesis.py)
+    assignments: tuple[str, ...] = ()  # the ``--set`` overrides applied to every cell
+
+    def writer(self) -> dict[str, str]:
+        """What this sweep records as the writer of its results folder: its name and a hash of the settings
+        that shape its cells (``--set`` included; not the matrix, seeds or exclusions, so adding cells to a
+        sweep is the same sweep, nor how it runs or is tracked). Another hash into the same folder is refused
+        (``tasks/infra/results.py``'s ``claim``)."""
+        shaping = {k: v for k, v in self.source.items() if k not in NOT_SHAPING}
+        return {
+            "kind": "sweep",
+            "sweep": self.name,
+            "spec": stable_hash([shaping, list(self.assignments)], 8),
+        }
 
     def resolved(self, cell_ids: list[str]) -> dict[str, Any]:
         """The sweep with every default filled in and its cells' ids (written to ``OUT/sweep.yaml``)."""
@@ -168,6 +190,7 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
     """A validated :class:`Sweep` from the parsed YAML ``data``; ``assignments`` are ``--set`` overrides
     applied to every cell."""
     matrix = _checked_keys(data, name)
+    data = _expand_attacks(name, data)
     axes = {key: _names(f"matrix.{key}", matrix.get(key)) for key in MATRIX_KEYS}
     for key, names in axes.items():
         _once(name, f"matrix.{key}", names, "a name")
@@ -208,7 +231,51 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
             f"{name}: name must be letters, digits, '.', '_' and '-' (at most 64, the results folder's name), "
             f"not {sweep_name!r}{yaml_hint(sweep_name)}"
         )
-    return Sweep(sweep_name, tuple(seeds), tuple(configs), tuple(dropped), run, wandb, data, hypothesis)
+    return Sweep(
+        sweep_name,
+        tuple(seeds),
+        tuple(configs),
+        tuple(dropped),
+        run,
+        wandb,
+        data,
+        hypothesis,
+        tuple(assignments),
+    )
+
+
+def _expand_attacks(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each ``attacks: all`` (the sweep's and its overrides') replaced by the attacks it
+    means, so the cells and the resolved sweep (``OUT/sweep.yaml``) name them; ``data`` is not changed."""
+    out = dict(data)
+    if "attacks" in out:
+        out["attacks"] = _attack_names(name, "attacks", out["attacks"])
+    overrides = out.get("overrides")
+    if isinstance(overrides, list):
+        out["overrides"] = [
+            entry | {"attacks": _attack_names(name, f"overrides[{index}].attacks", entry["attacks"])}
+            if isinstance(entry, dict) and "attacks" in entry
+            else entry
+            for index, entry in enumerate(overrides)
+        ]
+    return out
+
+
+def _attack_names(name: str, where: str, value: Any) -> Any:
+    """``value``, the ``attacks`` of ``where``: ``all`` (alone or a list of one) as every registered attack
+    sorted by name (``ATTACKS.names()``), anything else as written (the cell's checks judge it); ``all``
+    beside other names is a one-line error."""
+    names = value if isinstance(value, list) else [value]
+    if ALL_ATTACKS not in names:
+        return value
+    if len(names) > 1:
+        raise PrivauditorError(
+            f"{name}: {where} is either {ALL_ATTACKS} (every registered attack) or a list of attack names, "
+            f"not both: {value!r}"
+        )
+    from privauditor.tasks.attacks import ATTACKS
+
+    return ATTACKS.names()
 
 
 def _hypothesis(name: str, block: Any, configs: list[CellConfig]) -> Hypothesis | None:

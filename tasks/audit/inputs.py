@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ..data.chat import Messages, is_chat, messages_of, render
 from ..datasets import Example, load_dataset
@@ -42,6 +45,8 @@ def read_records(
     names the column that holds each record's whole text (scored as a ``text`` column is). A missing
     file, or one with no record an audit can read, is an error naming the columns it found."""
     file = Path(path)
+    if file.is_dir():
+        raise PrivauditorError(f"{path} is a folder: name one JSONL, CSV, Parquet or TXT file of records")
     if not file.is_file():
         raise PrivauditorError(f"no such file: {path}")
     try:
@@ -166,3 +171,44 @@ def check_inputs(members: list[Example], nonmembers: list[Example], attacks: int
                 f"positives; {round(10 / target):,} would give 10)"
             )
     return warnings
+
+
+#: how a record is scored, by its form: what an attack reads of it
+FORMS = {
+    "text": "a whole text, every token scored",
+    "prompt + target": "a target scored after its prompt",
+    "chat": "a conversation, its last assistant turn scored",
+}
+#: ``--render``: every record rendered one way, whatever its form
+RENDERINGS = ("text",)
+
+
+def form_of(example: Example, chats: Mapping[str, Any]) -> str:
+    if example.sample_id in chats:
+        return "chat"
+    return "text" if not example.prompt else "prompt + target"
+
+
+def one_form(
+    parts: dict[str, list[Example]], chats: Mapping[str, Any], render: str | None
+) -> dict[str, list[Example]]:
+    """The parts in one form: as they are when every record has the same form; with ``render="text"``
+    every record as one whole text (a chat record is rendered whole once its template is known). Records
+    of different forms otherwise are a one-line error naming the forms and counts: an attack would tell
+    the forms apart, not members from non-members."""
+    if render == "text":
+        return {part: [e if e.sample_id in chats else Example(e.sample_id, "", e.text) for e in found]
+                for part, found in parts.items()}  # fmt: skip
+    counts = {part: Counter(form_of(e, chats) for e in found) for part, found in parts.items()}
+    if len(set().union(*counts.values())) > 1:
+        said = "; ".join(
+            f"{part.replace('nonmembers', 'non-members')}: "
+            + ", ".join(f"{n} {form}" for form, n in sorted(c.items()))
+            for part, c in counts.items()
+        )
+        raise PrivauditorError(
+            f"the files hold records of different forms ({said}): an attack would tell the forms apart, not "
+            "members from non-members; write both files in one form, or pass --render text to score every "
+            "record as one whole text"
+        )
+    return parts

@@ -27,15 +27,18 @@ from ..infra.cache import stable_hash
 from ..infra.errors import PrivauditorError
 from ..infra.precision import resolve_precision, to_precision
 from ..infra.provenance import directory_hash, versions
-from ..infra.results import CellFolder, CellOutcome, cell_record, check_results_dir, checkpoint_record
+from ..infra.records import CellOutcome, CheckpointRecord, cell_record, checkpoint_record
+from ..infra.results import CellFolder, check_results_dir, claim
 from ..passes.adapted import load_adapted, virtual_tokens
 from ..spec.config import DEFAULT_ATTACKS, CellConfig
 from ..spec.resolved import precision_setting, resolve, slug
-from .inputs import check_inputs, read_records
+from .inputs import check_inputs, one_form, read_records
 
 #: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which
 #: tells a shift between the files from leakage (``verdict.py``)
 AUDIT_ATTACKS = (*DEFAULT_ATTACKS, "blind")
+#: what an audit records as the writer of its results folder (never a sweep's: ``infra/results.py``)
+AUDIT_WRITER = {"kind": "audit"}
 #: what ``--set`` may change in an audit (it trains nothing and draws no split)
 SETTABLE = ("attacks", "attack_params", "score", "seed", "train.max_length", "train.precision")
 
@@ -77,6 +80,8 @@ class AuditOptions:
         None  # the files' column holding each record's text (else text, prompt + target, ...)
     )
     pii: tuple[tuple[str, str], ...] = ()  # (kind, regular expression) of the PII fields to look for
+    render: str | None = None  # "text": every record scored as one whole text, whatever its form
+    limit: int | None = None  # only the first N records of each file
 
 
 def run_audit(
@@ -88,77 +93,170 @@ def run_audit(
     options: AuditOptions | None = None,
 ) -> CellOutcome:
     """Score, attack and measure ``model`` (+ ``options.adapter``) on the given members and non-members."""
-    from ..cell.evaluate import Evaluate, evaluate
-    from ..models import resolve_model, weights_identity
-    from ..passes.scorer import Scorer, identity_of
-    from ..training.loop import validation_loss
-    from ..training.receipts import audit_receipts
-
     config = config or CellConfig(model=model, adaptation="none", dataset=members)
     options = options or AuditOptions()
-    parts, chats, warnings = _read_parts(members, nonmembers, config, options)
+    if options.render == "text":  # a chat record rendered whole too, once its template is known
+        options = dataclasses.replace(options, chat_scored="all")
+    inputs = _identify(AuditFiles(model=model, members=members, nonmembers=nonmembers), config, options)
+    out = Path(out)
+    folder = CellFolder(out, inputs.audit_id)
+    if folder.done:
+        return folder.outcome(skipped=True, warnings=tuple(inputs.warnings))
+    check_results_dir(out, AUDIT_WRITER)  # before any weights load
+    claim(out, AUDIT_WRITER)  # never into a sweep's folder
+    target = _load_target(inputs, options)
+    cell_dir = folder.start()
+    measured = _measure(inputs, target, options, cell_dir, out / "shared")
+    folder.finish(_record(inputs, target, measured, options))
+    return folder.outcome(skipped=False, warnings=tuple(inputs.warnings))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditFiles:
+    """What is audited: the model (a hub id or a checkpoint directory) and the members' and non-members'
+    files."""
+
+    model: str
+    members: str
+    nonmembers: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditInputs:
+    """An audit's inputs read and identified: the ``files``' records by part (chat records, to render once a
+    tokenizer is loaded, in ``chats``), what is weak about them, their content hash (``texts``), the
+    resolved spec (at the precision of the weights as loaded), the adapter's hash, the model's spec and the
+    audit id."""
+
+    files: AuditFiles
+    parts: dict[str, list[Any]]
+    chats: dict[str, Any]
+    warnings: list[str]
+    texts: str
+    spec: Any
+    adapter_hash: str
+    model_spec: Any
+    audit_id: str
+
+
+def _identify(files: AuditFiles, config: CellConfig, options: AuditOptions) -> AuditInputs:
+    """The files read and checked, then the audit identified: by the files' content (never their paths),
+    the resolved spec, the adapter's hash and the model's spec."""
+    from ..models import resolve_model
+
+    parts, chats, warnings = _read_parts(files.members, files.nonmembers, config, options)
     texts = content_hash([*parts["members"], *parts["nonmembers"]])
     # identities (may build what the attacks need, so after the checks); the data is the files' records
     spec = resolve(config, data=f"sha256:{texts}")
     adapter_hash = directory_hash(Path(options.adapter)) if options.adapter else "none"
-    model_spec = resolve_model(model, options.revision, options.dtype)
+    model_spec = resolve_model(files.model, options.revision, options.dtype)
     # the precision by the weights as loaded (--dtype included), as a cell's (tasks/infra/precision.py)
     precision = resolve_precision(precision_setting(config.train), model_spec.dtype)
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, precision=precision))
-    audit_id = _audit_id(model, spec, adapter_hash, texts, options, bool(chats))
-    out = Path(out)
-    folder = CellFolder(out, audit_id)
-    if folder.done:
-        return folder.outcome(skipped=True, warnings=tuple(warnings))
-    check_results_dir(out)  # before any weights load
-    loaded, technique, trainable = load_adapted(model_spec, options.adapter)
-    to_precision(loaded.model, precision)
-    max_length = spec.train.max_length
-    check_context(max_length, virtual_tokens(loaded.model), loaded, model)
-    if chats:  # rendered with the model's own chat template now that its tokenizer is loaded
+    return AuditInputs(
+        files=files, parts=parts, chats=chats, warnings=warnings, texts=texts, spec=spec,
+        adapter_hash=adapter_hash, model_spec=model_spec,
+        audit_id=_audit_id(files.model, spec, adapter_hash, texts, options, bool(chats)),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditTarget:
+    """The audited model loaded at the audit's precision: its technique's name and trainable parameters,
+    the records by part as it reads them (chat records rendered with its template), and the members' loss
+    receipts."""
+
+    loaded: Any
+    technique: str
+    trainable: int
+    parts: dict[str, list[Any]]
+    receipts: Any
+
+
+def _load_target(inputs: AuditInputs, options: AuditOptions) -> AuditTarget:
+    """The model (+ adapter) loaded and checked against the records' length."""
+    from ..training.receipts import audit_receipts
+
+    loaded, technique, trainable = load_adapted(inputs.model_spec, options.adapter)
+    to_precision(loaded.model, inputs.spec.train.precision)
+    max_length = inputs.spec.train.max_length
+    check_context(max_length, virtual_tokens(loaded.model), loaded, inputs.files.model)
+    parts = inputs.parts
+    if inputs.chats:  # rendered with the model's own chat template now that its tokenizer is loaded
+        chats = inputs.chats
         parts = {k: [render(e.sample_id, chats[e.sample_id], loaded.tokenizer, options.chat_scored) for e in v]
                  for k, v in parts.items()}  # fmt: skip
     receipts = audit_receipts(parts, loaded.tokenizer, max_length, loaded.seq2seq, loaded.model)
-    cell_dir = folder.start()
-    weights = weights_identity(model_spec)
-    identity = identity_of(loaded.model, loaded.tokenizer, loaded.spec.name, weights, adapter_hash)
-    target = Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, identity)
+    return AuditTarget(
+        loaded=loaded, technique=technique, trainable=trainable, parts=parts, receipts=receipts
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """What the audit measured: its one checkpoint's record, the reference model's name (None without one)
+    and when the measuring started (``perf_counter``)."""
+
+    checkpoint: CheckpointRecord
+    reference: str | None
+    started: float
+
+
+def _measure(
+    inputs: AuditInputs, target: AuditTarget, options: AuditOptions, cell_dir: Path, shared: Path
+) -> Measured:
+    """Score and attack the target (against its reference, where there is one) and its utility, the mean
+    NLL on the non-members (held-out text)."""
+    from ..cell.evaluate import Evaluate, evaluate
+    from ..models import weights_identity
+    from ..passes.scorer import Scorer, identity_of
+    from ..training.loop import validation_loss
+
+    spec, loaded, parts, model = inputs.spec, target.loaded, target.parts, inputs.files.model
+    weights = weights_identity(inputs.model_spec)
+    identity = identity_of(loaded.model, loaded.tokenizer, loaded.spec.name, weights, inputs.adapter_hash)
+    scorer = Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, identity)
     base_name = options.reference or (model if options.adapter else None)
-    ref = _reference(base_name, model, model_spec, weights, precision)
+    ref = _reference(base_name, model, inputs.model_spec, weights, spec.train.precision)
     started = time.perf_counter()
     # an audit's plan: one model, no trajectory, no recipe, a reference only where one is given
     skipped = skipped_attacks(spec.attacks, Facts(reference=ref is not None, recipe=False))
+    max_length = spec.train.max_length
     how = Evaluate(
-        out_dir=cell_dir, shared=out / "shared", max_length=max_length, reference=ref,
+        out_dir=cell_dir, shared=shared, max_length=max_length, reference=ref,
         batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
         pii=dict(options.pii), pii_candidates=spec.score.pii_candidates, skipped=skipped,
     )  # fmt: skip
-    found = evaluate(target, parts, spec.attacks, how)
-    # its utility: the mean NLL on the non-members (held-out text)
+    found = evaluate(scorer, parts, spec.attacks, how)
     utility = validation_loss(loaded.model, loaded.tokenizer, parts["nonmembers"], max_length, loaded.seq2seq)
     checkpoint = checkpoint_record(  # one, of unknown training epoch
-        epoch=None, step=None, best=None, path=".", utility_loss=utility, adaptation_hash=adapter_hash,
+        epoch=None, step=None, best=None, path=".", utility_loss=utility, adaptation_hash=inputs.adapter_hash,
         attacks=[a.name for a in spec.attacks], views=found.views, extraction=found.extraction,
     )  # fmt: skip
-    record = cell_record(
-        cell_id=audit_id,
-        config=spec.to_dict() | {"model": model, "adaptation": technique, "dataset": Path(members).name},
-        provenance={"adaptation_hash": adapter_hash, "texts": texts},
-        checkpoints=[checkpoint],
-        trainable_params=trainable,
-        total_params=sum(p.numel() for p in loaded.model.parameters()),
+    return Measured(checkpoint=checkpoint, reference=base_name, started=started)
+
+
+def _record(
+    inputs: AuditInputs, target: AuditTarget, measured: Measured, options: AuditOptions
+) -> dict[str, Any]:
+    """The audit's ``cell.json`` record: the cell's fields, the audited files and model in ``audit``."""
+    files, parts = inputs.files, target.parts
+    return cell_record(
+        cell_id=inputs.audit_id,
+        config=inputs.spec.to_dict()
+        | {"model": files.model, "adaptation": target.technique, "dataset": Path(files.members).name},
+        provenance={"adaptation_hash": inputs.adapter_hash, "texts": inputs.texts},
+        checkpoints=[measured.checkpoint],
+        trainable_params=target.trainable,
+        total_params=sum(p.numel() for p in target.loaded.model.parameters()),
         train={"seconds": 0.0},
         n_members=len(parts["members"]),
         n_nonmembers=len(parts["nonmembers"]),
-        timings={"total": round(time.perf_counter() - started, 3)},
-        audit=_about(
-            model, model_spec, base_name, members, nonmembers, parts, warnings, options, loaded, chats
-        ),
-        loss_receipts=receipts,  # the members' coverage by a training loss at this max_length
+        timings={"total": round(time.perf_counter() - measured.started, 3)},
+        audit=_about(inputs, target, measured.reference, options),
+        loss_receipts=target.receipts,  # the members' coverage by a training loss at this max_length
         versions=versions(),
     )
-    folder.finish(record)
-    return folder.outcome(skipped=False, warnings=tuple(warnings))
 
 
 def _read_parts(
@@ -173,7 +271,9 @@ def _read_parts(
     parts, chats = {}, {}
     for part, path in (("members", members), ("nonmembers", nonmembers)):
         parts[part], found = read_records(path, part[0], options.text_column)
+        parts[part] = parts[part][: options.limit]  # --limit N: the first N records
         chats |= found
+    parts = one_form(parts, chats, options.render)
     trajectory = [a for a in config.attacks if ATTACKS.get(a).access == "checkpoints"]
     if trajectory:
         raise PrivauditorError(
@@ -216,23 +316,52 @@ def _reference(
     return Reference(identity, lambda: Scorer(base.model, base.tokenizer, base.seq2seq, identity))
 
 
-def _about(  # noqa: PLR0913  # what the record says of the audit's inputs
-    model: str, model_spec: Any, base_name: str | None, members: str, nonmembers: str,
-    parts: dict[str, list[Any]], warnings: list[str], options: AuditOptions, loaded: Any, chats: dict[str, Any],
-) -> dict[str, Any]:  # fmt: skip
+def _about(
+    inputs: AuditInputs, target: AuditTarget, base_name: str | None, options: AuditOptions
+) -> dict[str, Any]:
     """``cell.json``'s ``audit``: the model, adapter, reference and files audited, and what was weak."""
+    files, parts = inputs.files, target.parts
     return {
-        "model": model,
-        "revision": model_spec.revision,
-        "dtype": model_spec.dtype,
+        "model": files.model,
+        "revision": inputs.model_spec.revision,
+        "dtype": inputs.model_spec.dtype,
         "adapter": options.adapter,
         "reference": base_name,
-        "members": members,
-        "nonmembers": nonmembers,
-        "warnings": warnings,
+        "members": files.members,
+        "nonmembers": files.nonmembers,
+        "warnings": inputs.warnings,
         "files": {
             part: file_identity(path, len(parts[part]))
-            for part, path in (("members", members), ("nonmembers", nonmembers))
+            for part, path in (("members", files.members), ("nonmembers", files.nonmembers))
         },
-        "chat": {"template": template_of(loaded.tokenizer), "scored": options.chat_scored} if chats else None,
+        "chat": {"template": template_of(target.loaded.tokenizer), "scored": options.chat_scored}
+        if inputs.chats
+        else None,
     }
+
+
+def preview_audit(  # noqa: PLR0913  # run_audit's arguments and how many records to show
+    model: str, members: str, nonmembers: str, config: CellConfig, options: AuditOptions, shown: int = 2
+) -> dict[str, Any]:
+    """What ``audit --dry-run`` shows, without scoring or writing anything: the files read and checked,
+    the model's chat template and max length, and for the first ``shown`` records of each file how they
+    render (prompt and scored target) and how many target tokens the loss would score."""
+    from ..training.receipts import first_label_in_loss, receipt
+
+    if options.render == "text":
+        options = dataclasses.replace(options, chat_scored="all")
+    inputs = _identify(AuditFiles(model=model, members=members, nonmembers=nonmembers), config, options)
+    target = _load_target(inputs, options)
+    loaded, max_length = target.loaded, inputs.spec.train.max_length
+    first = first_label_in_loss(loaded.model)
+    records = {
+        part: [{"id": e.sample_id, "prompt": e.prompt, "target": e.target,
+                "scored": receipt(loaded.tokenizer, [e], max_length, loaded.seq2seq, first).as_dict()}
+               for e in examples[:shown]]
+        for part, examples in target.parts.items()
+    }  # fmt: skip
+    return {
+        "audit_id": inputs.audit_id, "records": {k: len(v) for k, v in target.parts.items()},
+        "chat_template": template_of(loaded.tokenizer) if inputs.chats else None, "max_length": max_length,
+        "warnings": inputs.warnings, "shown": records,
+    }  # fmt: skip

@@ -6,6 +6,10 @@
   of its AUC against 0.5), and Holm's step-down adjusts them over the attacks
   (``statsmodels.stats.multitest.multipletests``, ``method="holm"``); leakage is detected when an
   adjusted p-value is below 0.05. Model-free controls are not in that family.
+- **Members scoring lower** is the same test's other tail (``alternative="less"``), Holm-adjusted over the
+  attacks as a family of its own, at 0.05. An attack's scores are oriented so that members score higher;
+  members significantly *lower* means the files were swapped or differ in distribution, never that
+  nothing was detected. The finding is then ``reversed``, and no leakage verdict is given.
 - **Shift**: the ``blind`` control's label-permutation p-value (``views/blind.py``). Below 0.05 the two
   files differ in distribution in a way a bag of n-grams sees, and the attacks' AUCs measure that shift,
   not leakage (Das et al. 2024, https://arxiv.org/abs/2406.16201). Its absence is not proof of i.i.d.
@@ -21,12 +25,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..infra.files import write_json
+from ..infra.results import CellFolder
 
 ALPHA = 0.05
 POWER = 0.8
@@ -42,14 +48,16 @@ def attack_tests(scores: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, 
         member = np.asarray(member, dtype=bool)
         score = np.asarray(score, dtype=np.float64)
         test = mannwhitneyu(score[member], score[~member], alternative="greater")
+        lower = mannwhitneyu(score[member], score[~member], alternative="less")
         found[name] = {
             "auc": float(test.statistic) / (member.sum() * (~member).sum()),
             "p": float(test.pvalue),
+            "p_lower": float(lower.pvalue),
         }
-    if found:
-        adjusted = multipletests([t["p"] for t in found.values()], alpha=ALPHA, method="holm")[1]
+    for key in ("p", "p_lower") if found else ():  # each tail a family of its own, Holm over the attacks
+        adjusted = multipletests([t[key] for t in found.values()], alpha=ALPHA, method="holm")[1]
         for t, p in zip(found.values(), adjusted, strict=True):
-            t["p_holm"] = float(p)
+            t[f"{key}_holm"] = float(p)
     return found
 
 
@@ -79,7 +87,7 @@ def detectable_auc(n_members: int, n_nonmembers: int, attacks: int) -> float | N
     return round(high, 3)
 
 
-def shift_of(audit_dir: Path, record: dict[str, Any]) -> dict[str, Any] | None:
+def shift_of(audit_dir: Path, record: Mapping[str, Any]) -> dict[str, Any] | None:
     """The blind control's shift test (auc, p_value, permutations), if the audit ran it."""
     import pyarrow.parquet as pq
 
@@ -100,7 +108,7 @@ def verdict(audit_dir: Path, nonmembers_from: str | None = None, write: bool = T
     from ..attacks import ATTACKS
 
     audit_dir = Path(audit_dir)
-    record = json.loads((audit_dir / "cell.json").read_text())
+    record = CellFolder.at(audit_dir).record()
     rows = pq.read_table(audit_dir / "scores.parquet").to_pydict()
     scores: dict[str, tuple[list, list]] = {}
     for attack, member, score in zip(rows["attack"], rows["member"], rows["score"], strict=True):
@@ -113,6 +121,7 @@ def verdict(audit_dir: Path, nonmembers_from: str | None = None, write: bool = T
     found = {
         "attacks": tests,
         "leakage": any(t["p_holm"] < ALPHA for t in tests.values()),
+        "reversed": sorted(name for name, t in tests.items() if t["p_lower_holm"] < ALPHA),
         "shift": None if shift is None else shift | {"detected": shift["p_value"] < ALPHA},
         "detectable_auc": detectable_auc(record["n_members"], record["n_nonmembers"], len(tests)),
         "nonmembers_from": nonmembers_from,
@@ -135,6 +144,15 @@ def conclusion(found: dict[str, Any]) -> list[str]:
         )
     elif not tests:
         lines.append("No attack ran (each was skipped: see the table), so there is no leakage verdict.")
+    elif found.get("reversed"):
+        names = found["reversed"]
+        weakest = min(names, key=lambda name: tests[name]["auc"])
+        lines.append(
+            f"Members score lower than non-members: {len(names)} of {len(tests)} attacks rank them below "
+            f"chance (the other tail of the same test, Holm over the attacks, level {ALPHA}); {weakest} has AUC "
+            f"{tests[weakest]['auc']:.3f}. The member and non-member files look swapped, or they differ in "
+            "distribution: no leakage verdict is possible on these files."
+        )
     elif found["leakage"]:
         hits = sorted((t["p_holm"], name) for name, t in tests.items() if t["p_holm"] < ALPHA)
         strongest = max(tests, key=lambda name: tests[name]["auc"])

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..attacks import build_attack
 from ..datasets import Example
 from ..infra.files import read_table, write_json, write_table
 from ..leakage.canaries import Canary, CanarySettings, exposures
@@ -28,6 +27,7 @@ from ..leakage.extraction import leakage
 from ..leakage.pii import inference
 from ..passes.scorer import Reference, Scorer
 from ..passes.signal_table import Signals
+from ..spec.resolved import AttackSpec
 from ..views import build_view
 from ..views._base import Checkpoint, Recipe, ViewContext
 from .attack_job import AttackJob, MapJobs, attack_job, in_process
@@ -73,75 +73,34 @@ class Evaluate:
 
 
 def evaluate(
-    target: Scorer, parts: dict[str, Sequence[Example]], attacks: Sequence[Any], how: Evaluate
+    target: Scorer, parts: dict[str, Sequence[Example]], attacks: Sequence[AttackSpec], how: Evaluate
 ) -> Evaluation:
-    """Run ``attacks`` (each with ``name`` and ``params``, e.g. a cell spec's) on ``target``.
+    """Run ``attacks`` (a spec's) on ``target``.
 
     ``parts`` holds the split's ``members`` and ``nonmembers`` (scored) and any ``population`` /
     ``known_members``. Views are computed here, once each; the attacks are jobs on the stored views. The
     attacks in ``how.skipped`` are recorded as skipped with the plan's reason; nothing else is decided here.
     """
-    out_dir, reference = how.out_dir, how.reference
-    scorers = {"target": lambda: target}
-    identities = {"target": target.identity}
-    if reference is not None:
-        scorers["reference"], identities["reference"] = reference.load, reference.identity
-    own = out_dir if how.views_dir is None else how.views_dir
-    context = ViewContext(
-        scorers=scorers, identities=identities, parts=parts, max_length=how.max_length,
-        batch_size=how.batch_size, seed=how.seed, shared=how.shared, own=own, clock=how.clock,
-        recipe=how.recipe, elsewhere=how.elsewhere, earlier=how.earlier,
-    )  # fmt: skip
+    out_dir = how.out_dir
+    context = _context(target, parts, how)
     out_dir.mkdir(parents=True, exist_ok=True)
     signals_file = out_dir / "signals.parquet"
     shutil.copyfile(context.file(build_view("signals")), signals_file)  # the contract's copy, in the cell
-    metrics: dict[str, Any] = {}
-    runnable = []
-    for spec in attacks:  # what cannot run was decided by the plan (cell_plan.skip_reason), not here
-        if spec.name in how.skipped:
-            metrics[spec.name] = {"skipped": how.skipped[spec.name]}
-            continue
-        runnable.append((spec, build_attack(spec.name, spec.params).views()))
-    for _, views in runnable:
-        for view in views.values():
-            context.start(view)
-    jobs = [
-        AttackJob(
-            spec.name,
-            spec.params,
-            str(signals_file),
-            {role: str(context.file(v)) for role, v in views.items()},
-            how.bootstrap,
-            how.seed,
-            how.delta,
-            dict(how.repeated or {}),
-        )  # fmt: skip
-        for spec, views in runnable
-    ]
+    skipped = {a.name: {"skipped": how.skipped[a.name]} for a in attacks if a.name in how.skipped}
+    jobs = _jobs([a for a in attacks if a.name not in how.skipped], context, signals_file, how)
     results = how.clock("attacks", lambda: how.map_jobs(attack_job, jobs))
     scores = {
         job.name: result[0] for job, result in zip(jobs, results, strict=True) if "skipped" not in result[1]
     }
-    metrics |= {job.name: result[1] for job, result in zip(jobs, results, strict=True)}
+    metrics = skipped | {job.name: result[1] for job, result in zip(jobs, results, strict=True)}
     metrics = {spec.name: metrics[spec.name] for spec in attacks}  # the attacks' order
     scored = context.examples()
     member = context.member()
     write_table(scores_table([e.sample_id for e in scored], member, scores), out_dir / "scores.parquet")
     write_json(out_dir / "metrics.json", metrics)
-    stored = Signals.from_table(read_table(signals_file))
-    extraction = leakage(stored, [e.target for e in scored], target.tokenizer, how.pii)
-    if how.pii and how.pii_candidates:
-        canaries = how.canaries[0] if how.canaries else ()  # trained too: their values are never decoys
-        trained = [*parts.get("known_members", ()), *(c.example for c in canaries if c.included)]
-        extraction["pii_inference"] = how.clock("pii inference", lambda: inference(
-            target, scored, stored.logp, member, how.pii, how.pii_candidates, how.seed, how.max_length,
-            how.batch_size, parts.get("population", ()), trained, how.bootstrap,
-        ))  # fmt: skip
-    if how.canaries is not None and how.canaries[0]:
-        found, settings = how.canaries
-        extraction["exposure"] = how.clock(
-            "exposure", lambda: exposures(target, found, settings, how.max_length, how.batch_size, how.seed)
-        )
+    extraction = _extraction(
+        target, parts, Scored(examples=scored, member=member, signals_file=signals_file), how
+    )
     write_json(out_dir / "extraction.json", extraction)
     root = Path(how.shared).parent
     views = {
@@ -150,6 +109,76 @@ def evaluate(
     return Evaluation(
         json.loads((out_dir / "metrics.json").read_text()), views, context.done_elsewhere, extraction
     )
+
+
+def _context(target: Scorer, parts: dict[str, Sequence[Example]], how: Evaluate) -> ViewContext:
+    """Where the views of ``target`` (and of ``how.reference``, where there is one) are computed and kept."""
+    scorers: dict[str, Callable[[], Scorer]] = {"target": lambda: target}
+    identities = {"target": target.identity}
+    if how.reference is not None:
+        scorers["reference"], identities["reference"] = how.reference.load, how.reference.identity
+    own = how.out_dir if how.views_dir is None else how.views_dir
+    return ViewContext(
+        scorers=scorers, identities=identities, parts=parts, max_length=how.max_length,
+        batch_size=how.batch_size, seed=how.seed, shared=how.shared, own=own, clock=how.clock,
+        recipe=how.recipe, elsewhere=how.elsewhere, earlier=how.earlier,
+    )  # fmt: skip
+
+
+def _jobs(
+    runnable: Sequence[AttackSpec], context: ViewContext, signals_file: Path, how: Evaluate
+) -> list[AttackJob]:
+    """One job per attack that runs, on its views' stored files: the views computed out of this process
+    are started first, so they overlap the ones computed here (in the attacks' order)."""
+    views = [attack.plugin().views() for attack in runnable]
+    for found in views:
+        for view in found.values():
+            context.start(view)
+    return [
+        AttackJob(
+            name=attack.name,
+            params=attack.params,
+            signals_file=str(signals_file),
+            view_files={role: str(context.file(v)) for role, v in found.items()},
+            bootstrap=how.bootstrap,
+            seed=how.seed,
+            delta=how.delta,
+            repeated=dict(how.repeated or {}),
+        )
+        for attack, found in zip(runnable, views, strict=True)
+    ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scored:
+    """The texts scored, in the stored order, whether each is a member, and the target's stored signals."""
+
+    examples: list[Example]
+    member: np.ndarray
+    signals_file: Path
+
+
+def _extraction(
+    target: Scorer, parts: dict[str, Sequence[Example]], scored: Scored, how: Evaluate
+) -> dict[str, Any]:
+    """The extraction rates of the target's stored signals, with PII inference (``how.pii_candidates``)
+    and the canaries' exposures where they are asked for."""
+    stored = Signals.from_table(read_table(scored.signals_file))
+    extraction = leakage(stored, [e.target for e in scored.examples], target.tokenizer, how.pii)
+    if how.pii and how.pii_candidates:
+        canaries = how.canaries[0] if how.canaries else ()  # trained too: their values are never decoys
+        trained = [*parts.get("known_members", ()), *(c.example for c in canaries if c.included)]
+        extraction["pii_inference"] = how.clock("pii inference", lambda: inference(
+            target, scored.examples, stored.logp, scored.member, how.pii, how.pii_candidates, seed=how.seed,
+            max_length=how.max_length, batch_size=how.batch_size, population=parts.get("population", ()),
+            trained=trained, resamples=how.bootstrap,
+        ))  # fmt: skip
+    if how.canaries is not None and how.canaries[0]:
+        found, settings = how.canaries
+        extraction["exposure"] = how.clock(
+            "exposure", lambda: exposures(target, found, settings, how.max_length, how.batch_size, how.seed)
+        )
+    return extraction
 
 
 @dataclass

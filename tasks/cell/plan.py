@@ -19,11 +19,12 @@ upper bound), standing for the best.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..spec.resolved import AttackSpec, CellSpec
 from ..views._base import SHARED, Cost, View
 
 BASE, ADAPTED = "base", "adapted"
@@ -57,11 +58,9 @@ def skip_reason(attack: Any, facts: Facts) -> str | None:
     return None
 
 
-def skipped_attacks(attacks: Any, facts: Facts) -> dict[str, str]:
-    """Attack name -> why it cannot run, for the attacks (each with ``name`` and ``params``) that cannot."""
-    found = {
-        a.name: skip_reason(_attack(a.name, json.dumps(a.params, sort_keys=True)), facts) for a in attacks
-    }
+def skipped_attacks(attacks: Iterable[AttackSpec], facts: Facts) -> dict[str, str]:
+    """Attack name -> why it cannot run, for the attacks (a spec's :class:`AttackSpec`) that cannot."""
+    found = {a.name: skip_reason(a.plugin(), facts) for a in attacks}
     return {name: reason for name, reason in found.items() if reason is not None}
 
 
@@ -139,14 +138,10 @@ class CellPlan:
         return any(stage.view.adapts for c in self.checkpoints for stage in c.views)
 
 
-def plan_cell(spec: Any, best: int | None = None, best_before_last: float = 1.0) -> CellPlan:
+def plan_cell(spec: CellSpec, best: int | None = None, best_before_last: float = 1.0) -> CellPlan:
     """The plan of a resolved cell; ``best``: the index of its best checkpoint where it is known."""
-    from ..adaptations import build_adaptation
-    from ..defences import get_defence
-
-    technique = build_adaptation(spec.adaptation, spec.adaptation_params)
-    defence = get_defence(spec.defence)
-    attacks = {a.name: _attack(a.name, json.dumps(a.params, sort_keys=True)) for a in spec.attacks}
+    technique, defence = spec.technique(), spec.defence_plugin()
+    attacks = {a.name: a.plugin() for a in spec.attacks}
     epochs = list(spec.train.checkpoints)
     base_target = not (technique.trains or technique.in_context)  # the target is the base's own weights
     reference = (spec.reference or spec.model, BASE)
@@ -213,11 +208,3 @@ def _weight(attack: Any, index: int, count: int, best: int | None, best_before_l
     if attack.runs_at(index, last, last):  # it runs here whichever checkpoint is best
         return 1.0
     return best_before_last if index == last - 1 and attack.runs_at(index, last, index) else 0.0
-
-
-@functools.cache
-def _attack(name: str, params: str) -> Any:
-    """An attack, built once per (name, parameters): a sweep asks for the same ones in every cell."""
-    from ..attacks import build_attack
-
-    return build_attack(name, json.loads(params))

@@ -34,15 +34,8 @@ from ..infra.faults import in_cell
 from ..infra.files import write_json
 from ..infra.progress import Progress
 from ..infra.provenance import directory_hash, hardware, versions
-from ..infra.results import (
-    RESULTS_FORMAT,
-    CellFolder,
-    CellOutcome,
-    CheckpointRecord,
-    cell_record,
-    checkpoint_path,
-    checkpoint_record,
-)
+from ..infra.records import CellOutcome, CheckpointRecord, cell_record, checkpoint_record
+from ..infra.results import RESULTS_FORMAT, CellFolder, checkpoint_path
 from ..passes.counting import install_from_env
 from ..spec.config import CellConfig
 from ..spec.resolved import CellSpec, slug
@@ -110,7 +103,45 @@ def execute(
     spec: CellSpec, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock, env: CellEnvironment
 ) -> dict[str, Any]:
     """The cell's work; returns the ``cell.json`` record (spec, provenance, timings, training)."""
-    from ..adaptations import build_adaptation
+    ready = prepare(spec, shared, clock)
+    model, loaded, split = ready.model, ready.loaded, ready.split
+    snapshots = cell_dir / ".snapshots"
+    result, guard = train_cell(spec, model, loaded, split, snapshots, clock, env.distributed)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())  # peft's convention: the adapted model's parameters
+    reference = reference_for(spec, loaded, ready.base_identity, spec.technique().trains)
+    trained = Trained(
+        spec=spec, model=model, loaded=loaded, split=split, checkpoints=result.checkpoints,
+        snapshots=snapshots, contexts=ready.contexts, demonstrations=ready.demonstrations,
+        epsilon_at=None if guard is None else guard.spent,
+    )  # fmt: skip
+    audited = audit_checkpoints(trained, cell_dir, shared, reference, clock, env)
+    shutil.rmtree(snapshots, ignore_errors=True)
+    ran = Ran(result=result, guard=guard, audited=audited, trainable=trainable, total=total)
+    return _record(cell_id, trained, ready, ran, shared, clock)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A cell ready to train: its ``split`` (its ids written once to ``split_file``), the ``loaded`` base
+    and the adapted ``model`` on it, the un-adapted base's ``base_identity``, in-context learning's
+    ``contexts`` by sample id and record of its ``demonstrations``, and the members' loss ``receipts``
+    (None: nothing trains)."""
+
+    split: Any
+    split_file: Path
+    loaded: Any
+    model: Any
+    base_identity: Any
+    contexts: dict[str, str] | None
+    demonstrations: dict[str, Any] | None
+    receipts: Any
+
+
+def prepare(spec: CellSpec, shared: Path, clock: _Clock) -> Prepared:
+    """The cell up to its training: the split drawn before the model (bad data fails before any weights
+    load) and its ids shared, the base loaded and checked against the technique and its context, the
+    technique applied with the cell's seed at its precision, the members' loss receipts."""
     from ..data.splits import draw_split
     from ..datasets import load_dataset
     from ..infra.precision import to_precision
@@ -119,49 +150,54 @@ def execute(
     from ..training.loop import apply_seeded
     from ..training.receipts import split_receipts
 
-    technique = build_adaptation(spec.adaptation, spec.adaptation_params)
-    # the split before the model: bad data fails before any weights load
+    technique, precision, max_length = spec.technique(), spec.train.precision, spec.train.max_length
     split = clock("split", lambda: draw_split(load_dataset(spec.dataset), spec.split, spec.seed))
     loaded = clock("load_model", lambda: load_model(spec.model))
     technique.check_family(loaded.family.name)
     virtual = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
-    max_length = spec.train.max_length
     contexts, demonstrations = technique.contexts(split, spec.seed) if technique.in_context else (None, None)
     check_context(max_length, virtual, loaded, spec.model, context_tokens(contexts, loaded.tokenizer))
     split_file = shared_split(shared, spec, split)
-    base_identity = identity_of(
-        loaded.model, loaded.tokenizer, spec.model, spec.base, "none", spec.train.precision
-    )
+    base_identity = identity_of(loaded.model, loaded.tokenizer, spec.model, spec.base, "none", precision)
     # new weights initialised in float32 whatever the precision, then stored as the precision says
-    model = to_precision(
-        apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed), spec.train.precision
-    )
+    model = to_precision(apply_seeded(technique, loaded.model, loaded.family, seed=spec.seed), precision)
     # before any training: a member the loss never reaches is a one-line error (receipts.py)
     receipts = split_receipts(split, loaded.tokenizer, max_length, loaded.seq2seq, model, technique.trains)
-    snapshots = cell_dir / ".snapshots"
-    result, guard = train_cell(spec, model, loaded, split, snapshots, clock, env.distributed)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in model.parameters())  # peft's convention: the adapted model's parameters
-    reference = reference_for(spec, loaded, base_identity, technique.trains)
-    trained = Trained(
-        spec, technique, model, loaded, split, result.checkpoints, snapshots, contexts, demonstrations,
-        epsilon_at=None if guard is None else guard.spent,
+    return Prepared(
+        split=split, split_file=split_file, loaded=loaded, model=model, base_identity=base_identity,
+        contexts=contexts, demonstrations=demonstrations, receipts=receipts,
     )  # fmt: skip
-    audited = audit_checkpoints(trained, cell_dir, shared, reference, clock, env)
-    shutil.rmtree(snapshots, ignore_errors=True)
-    final = audited[-1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ran:
+    """What a cell's training and audit gave: the loss record, the defence's guard (None without one), the
+    checkpoints' records, and the adapted model's trainable and total parameters."""
+
+    result: Any
+    guard: Any
+    audited: list[CheckpointRecord]
+    trainable: int
+    total: int
+
+
+def _record(
+    cell_id: str, trained: Trained, ready: Prepared, ran: Ran, shared: Path, clock: _Clock
+) -> dict[str, Any]:
+    """The cell's ``cell.json`` record (``hardware``, ``versions`` and ``runtime`` join it in :func:`run_cell`)."""
+    spec, split, result, guard = trained.spec, ready.split, ran.result, ran.guard
     return cell_record(
         cell_id=cell_id,
         config=spec.to_dict(),
         provenance={
             "results_format": RESULTS_FORMAT,
             "split": split.hashes(),
-            "split_file": str(split_file.relative_to(shared.parent)),
-            "adaptation_hash": final["adaptation_hash"],
+            "split_file": str(ready.split_file.relative_to(shared.parent)),
+            "adaptation_hash": ran.audited[-1]["adaptation_hash"],
         },
-        checkpoints=audited,
-        trainable_params=trainable,
-        total_params=total,
+        checkpoints=ran.audited,
+        trainable_params=ran.trainable,
+        total_params=ran.total,
         train={
             "epochs": result.epochs,
             "lr": result.lr,
@@ -172,24 +208,27 @@ def execute(
         n_members=len(split.members),
         n_nonmembers=len(split.nonmembers),
         timings=clock.seconds,
-        model={"name": spec.model, "family": loaded.family.name, "path_name": Path(loaded.path).name},
+        model={
+            "name": spec.model,
+            "family": ready.loaded.family.name,
+            "path_name": Path(ready.loaded.path).name,
+        },
         defence={"name": spec.defence} | ({} if guard is None else guard.record(result.steps)),
-        device=str(next(model.parameters()).device),
+        device=str(next(trained.model.parameters()).device),
         precision=spec.train.precision,
-        loss_receipts=receipts,  # None: nothing trains (none, icl)
+        loss_receipts=ready.receipts,  # None: nothing trains (none, icl)
         repeats=split.repeats(),
     )
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Trained:
-    """A trained cell to audit: its spec, technique and adapted ``model`` (on ``loaded``'s base), its
-    split, the (epoch, step) ``checkpoints`` whose snapshots are in ``snapshots``. In-context learning's
-    ``contexts`` by sample id and the record of its ``demonstrations`` (written in place of ``adapter/``);
-    ``epsilon_at(step)``: the ε a DP run has spent by that step."""
+    """A trained cell to audit: its spec (whose technique it is) and adapted ``model`` (on ``loaded``'s
+    base), its split, the (epoch, step) ``checkpoints`` whose snapshots are in ``snapshots``. In-context
+    learning's ``contexts`` by sample id and the record of its ``demonstrations`` (written in place of
+    ``adapter/``); ``epsilon_at(step)``: the ε a DP run has spent by that step."""
 
     spec: CellSpec
-    technique: Any
     model: Any
     loaded: Any
     split: Any
@@ -207,85 +246,143 @@ def audit_checkpoints(
     ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the earliest of
     ties) gets the costly attacks too. An attack whose empirical lower bound on ε exceeds what a DP run
     has spent is listed under ``dp_violations`` and logged as a bug."""
-    from ..adaptations.icl import write_demonstrations
-    from ..datasets import pii_patterns
-    from ..defences import default_delta, get_defence
-    from ..passes.scorer import Scorer, identity_of
-    from ..training.snapshots import load_snapshot
-    from ..views._base import Checkpoint, Recipe
-    from .evaluate import Evaluate, evaluate
+    from ..views._base import Recipe
     from .plan import plan_cell
-    from .view_job import elsewhere
 
-    spec, technique, model, loaded, split = trained.spec, trained.technique, trained.model, trained.loaded, trained.split  # fmt: skip
-    contexts, demonstrations, checkpoints = trained.contexts, trained.demonstrations, trained.checkpoints
-    max_length = spec.train.max_length
+    spec, split, checkpoints = trained.spec, trained.split, trained.checkpoints
     recipe = Recipe(spec.model, spec.adaptation, spec.adaptation_params, spec.train.lr, spec.train.batch_size)
-    defence = get_defence(spec.defence)
-    delta = (defence.delta(spec.defence_params) if defence else None) or default_delta(
-        len(split.members) + len(split.known_members)
-    )
-
+    delta = _delta(spec, split)
     utilities = _utilities(trained, clock)
     best = min(utilities, key=lambda s: (utilities[s], s))
-    last = checkpoints[-1][1]
     steps = [step for _, step in checkpoints]
     plan = plan_cell(spec, best=steps.index(best))
-    parts = {part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")}
-    audited, earlier = [], []
+    cell = CellAudit(
+        trained=trained, cell_dir=cell_dir, shared=shared, reference=reference, clock=clock, env=env,
+        recipe=recipe, delta=delta, utilities=utilities, best=best, last=checkpoints[-1][1],
+        parts={part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")},
+    )  # fmt: skip
+    audited: list[CheckpointRecord] = []
+    earlier: list[Any] = []
     shown = Progress(
         f"auditing {len(checkpoints)} checkpoints ({len(spec.attacks)} attacks)", len(checkpoints)
     )
     for (epoch, step), stage in zip(checkpoints, plan.checkpoints, strict=True):
-        load_snapshot(model, trained.snapshots, step)
-        folder = cell_dir if step == last else cell_dir / checkpoint_path(step)
-        attacks = [a for a in spec.attacks if a.name in stage.runs]
-        # Untrained, a technique that starts as the base is the base's function (``stage.as_base``):
-        # attacks that read only signals take the base's, which the split shares.
-        adaptation_hash = "none"
-        if demonstrations is not None:
-            adaptation_hash = write_demonstrations(demonstrations, folder)
-        elif stage.saves:
-            clock("save", lambda folder=folder: technique.save(model, folder / "adapter"))
-            adaptation_hash = directory_hash(folder / "adapter")
-        identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
-        target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, contexts)
-        saved = env.run_view is not None and technique.trains and demonstrations is None
-        how = Evaluate(
-            out_dir=folder, shared=shared, max_length=max_length, reference=reference,
-            batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
-            clock=clock, map_jobs=env.map_jobs, views_dir=cell_dir, recipe=recipe,
-            elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved else None,
-            delta=delta,
-            repeated=split.repeats(),
-            earlier=tuple(earlier),
-            pii=pii_patterns(spec.dataset),
-            canaries=(split.canaries, spec.split.canaries) if spec.split.canaries and not contexts else None,
-            pii_candidates=spec.score.pii_candidates if step == last else None,
-            skipped=stage.skipped,
-        )  # fmt: skip
-        found = evaluate(target, parts, attacks, how)
-        earlier.append(Checkpoint(step, adaptation_hash, folder / "signals.parquet"))
-        spent = None if trained.epsilon_at is None else trained.epsilon_at(step)
-        violations = dp_violations(found.metrics, spent)
-        audited.append(
-            checkpoint_record(
-                epoch=epoch,
-                step=step,
-                best=step == best,
-                path=str(folder.relative_to(cell_dir)),
-                utility_loss=utilities[step],
-                adaptation_hash=adaptation_hash,
-                attacks=[a.name for a in attacks],
-                views=found.views,
-                extraction=found.extraction,
-                **({} if spent is None else {"epsilon": spent, "dp_violations": violations}),
-                **({"elsewhere": found.elsewhere} if found.elsewhere else {}),
-            )  # fmt: skip
-        )
+        record, checkpoint = _audit_checkpoint(cell, epoch, step, stage, tuple(earlier))
+        audited.append(record)
+        earlier.append(checkpoint)
         shown.update(1, epoch=epoch)
     shown.close()
     return audited
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellAudit:
+    """What the audits of a cell's checkpoints share: the trained cell, its folder and the results
+    folder's ``shared/``, the reference model, what the orchestrator lends (``env``), how the technique
+    adapted (``recipe``), the δ of the empirical ε bound, the split's parts, each snapshot's validation NLL
+    by step, and the steps of the best and the last checkpoints."""
+
+    trained: Trained
+    cell_dir: Path
+    shared: Path
+    reference: Any
+    clock: _Clock
+    env: CellEnvironment
+    recipe: Any
+    delta: float
+    parts: dict[str, Any]
+    utilities: dict[int, float]
+    best: int
+    last: int
+
+
+def _audit_checkpoint(
+    cell: CellAudit, epoch: float, step: int, stage: Any, earlier: tuple[Any, ...]
+) -> tuple[CheckpointRecord, Any]:
+    """Score and attack the checkpoint at ``step`` as its ``stage`` of the plan says, after the ``earlier``
+    ones; its ``checkpoints`` record, and the checkpoint as the later ones read it."""
+    from ..passes.scorer import Scorer, identity_of
+    from ..training.snapshots import load_snapshot
+    from ..views._base import Checkpoint
+    from .evaluate import evaluate
+
+    trained, spec = cell.trained, cell.trained.spec
+    model, loaded = trained.model, trained.loaded
+    load_snapshot(model, trained.snapshots, step)
+    folder = cell.cell_dir if step == cell.last else cell.cell_dir / checkpoint_path(step)
+    attacks = [a for a in spec.attacks if a.name in stage.runs]
+    adaptation_hash = _adaptation_hash(cell, folder, stage.saves)
+    identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
+    target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, trained.contexts)
+    found = evaluate(target, cell.parts, attacks, _how(cell, folder, step, stage, earlier))
+    spent = None if trained.epsilon_at is None else trained.epsilon_at(step)
+    violations = dp_violations(found.metrics, spent)
+    record = checkpoint_record(
+        epoch=epoch,
+        step=step,
+        best=step == cell.best,
+        path=str(folder.relative_to(cell.cell_dir)),
+        utility_loss=cell.utilities[step],
+        adaptation_hash=adaptation_hash,
+        attacks=[a.name for a in attacks],
+        views=found.views,
+        extraction=found.extraction,
+        **({} if spent is None else {"epsilon": spent, "dp_violations": violations}),
+        **({"elsewhere": found.elsewhere} if found.elsewhere else {}),
+    )  # fmt: skip
+    return record, Checkpoint(step, adaptation_hash, folder / "signals.parquet")
+
+
+def _adaptation_hash(cell: CellAudit, folder: Path, saves: bool) -> str:
+    """The checkpoint's adaptation written to ``folder`` (in-context learning's demonstrations, or the
+    adapter where the plan saves one) and its hash. Untrained, a technique that starts as the base is the
+    base's function (the stage's ``as_base``): it saves nothing, and attacks that read only signals take
+    the base's, which the split shares."""
+    from ..adaptations.icl import write_demonstrations
+
+    trained = cell.trained
+    if trained.demonstrations is not None:
+        return write_demonstrations(trained.demonstrations, folder)
+    if not saves:
+        return "none"
+    cell.clock("save", lambda: trained.spec.technique().save(trained.model, folder / "adapter"))
+    return directory_hash(folder / "adapter")
+
+
+def _how(cell: CellAudit, folder: Path, step: int, stage: Any, earlier: tuple[Any, ...]) -> Any:
+    """How :func:`~privauditor.tasks.cell.evaluate.evaluate` works at the checkpoint at ``step``: its
+    views kept in the cell's folder, a view that adapts a model of its own started out of the process
+    where the cell lends one (``env.run_view``) and the adapter is saved, PII inference at the last."""
+    from ..datasets import pii_patterns
+    from .evaluate import Evaluate
+    from .view_job import elsewhere
+
+    trained, env = cell.trained, cell.env
+    spec, split = trained.spec, trained.split
+    saved = env.run_view is not None and spec.technique().trains and trained.demonstrations is None
+    return Evaluate(
+        out_dir=folder, shared=cell.shared, max_length=spec.train.max_length, reference=cell.reference,
+        batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
+        clock=cell.clock, map_jobs=env.map_jobs, views_dir=cell.cell_dir, recipe=cell.recipe,
+        elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved else None,
+        delta=cell.delta,
+        repeated=split.repeats(),
+        earlier=earlier,
+        pii=pii_patterns(spec.dataset),
+        canaries=(split.canaries, spec.split.canaries) if spec.split.canaries and not trained.contexts else None,
+        pii_candidates=spec.score.pii_candidates if step == cell.last else None,
+        skipped=stage.skipped,
+    )  # fmt: skip
+
+
+def _delta(spec: CellSpec, split: Any) -> float:
+    """The δ of the empirical lower bound on ε: the defence's own, else the default for the records trained."""
+    from ..defences import default_delta
+
+    defence = spec.defence_plugin()
+    return (defence.delta(spec.defence_params) if defence else None) or default_delta(
+        len(split.members) + len(split.known_members)
+    )
 
 
 def _utilities(trained: Trained, clock: _Clock) -> dict[int, float]:

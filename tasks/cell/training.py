@@ -23,11 +23,11 @@ def train_cell(  # noqa: PLR0913  # what the cell has loaded and drawn, and how 
     """The adaptation trained, under its defence's guard where it has one (DeepSpeed's out of this process,
     through ``distributed``), each checkpoint snapshotted into ``snapshots``: the loss record and the guard
     (None without a defence)."""
-    from ..defences import TrainingRun, get_defence
+    from ..defences import TrainingRun
     from ..training.loop import Loop, train, train_config_of
     from ..training.snapshots import saver
 
-    defence, guard = get_defence(spec.defence), None
+    defence, guard = spec.defence_plugin(), None
     if defence is not None:
         run = TrainingRun(
             len(split.trained), spec.train.batch_size, spec.train.epochs, spec.seed, loaded.seq2seq

@@ -8,6 +8,7 @@ directories) go through ``datasets.load_dataset``. Either way the rows then take
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -46,6 +47,8 @@ def _read_lines(path: Path, as_json: bool) -> Iterator[Row]:
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             locator = f"line {number}"
+            if number == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)  # as Excel and Notepad write UTF-8: not text
             if not raw.strip():
                 continue  # blank lines separate nothing in JSONL/TXT; not a record
             try:
@@ -67,7 +70,9 @@ def _read_lines(path: Path, as_json: bool) -> Iterator[Row]:
 def _read_csv(path: Path) -> Iterator[Row]:
     # surrogateescape keeps undecodable bytes as lone surrogates, which the row validation reports
     # as "not valid UTF-8" for just the rows that hold them.
-    text = path.read_bytes().decode("utf-8", errors="surrogateescape")
+    # utf-8-sig drops a leading byte-order mark (as Excel writes), which would else be part of the first
+    # column's name.
+    text = path.read_bytes().decode("utf-8-sig", errors="surrogateescape")
     reader = csv.DictReader(io.StringIO(text, newline=""))
     for number, row in enumerate(reader, start=2):  # line 1 is the header
         yield f"line {number}", {k: v for k, v in row.items() if k is not None}

@@ -19,13 +19,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import PrivauditorError
+
 CACHE_ENV = "PRIVAUDITOR_CACHE"
 
 
 def cache_root() -> Path:
     """``$PRIVAUDITOR_CACHE``, else ``$XDG_CACHE_HOME/privauditor``, else ``~/.cache/privauditor``."""
     if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
+        root = Path(os.environ[CACHE_ENV]).expanduser()
+        if root.exists() and not root.is_dir():
+            raise PrivauditorError(f"${CACHE_ENV}={root} is a file: the artefact cache is a folder")
+        return root
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "privauditor"
 

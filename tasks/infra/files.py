@@ -9,10 +9,10 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def atomic_write(path: Path, write: Callable[[Path], Any], suffix: str = "") -> Path:
@@ -51,11 +51,15 @@ def replace_folder(path: Path, build: Callable[[Path], Any]) -> Path:
 def read_table(path: str | Path) -> pa.Table:
     """One Parquet file, read whole. ``pq.read_table`` would go through pyarrow's dataset layer, whose
     first use imports pandas (about 0.4 s in a process that has no other use for it: an attack worker)."""
+    import pyarrow.parquet as pq
+
     return pq.ParquetFile(path).read()
 
 
 def write_table(table: pa.Table, path: Path) -> None:
     """Write a Parquet file atomically."""
+    import pyarrow.parquet as pq
+
     atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 

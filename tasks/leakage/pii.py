@@ -269,9 +269,8 @@ def inference(  # noqa: PLR0913  # a scorer, its records and plain numbers, as s
         fields.append((span.kind, bool(member[i]), i, float(logp[i].sum(dtype=np.float64)), len(texts)))
         texts += [Example(f"{e.sample_id}-{j}", e.prompt, e.target[: span.start] + pool[d] + e.target[span.end :])
                   for j, d in enumerate(decoys)]  # fmt: skip
-    totals = [
-        s.logp.sum(dtype=np.float64) for s in scorer.score(texts, max_length, batch_size, moments=False)
-    ]
+    scored = scorer.score(texts, max_length, batch_size, moments=False) if texts else []  # no field: none
+    totals = [s.logp.sum(dtype=np.float64) for s in scored]
     inferred = np.array([own > max(totals[at : at + candidates - 1]) for _, _, _, own, at in fields], bool)
     sides = np.array([f[1] for f in fields], bool)
     records = np.array([f[2] for f in fields], np.int64)

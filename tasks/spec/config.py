@@ -88,6 +88,9 @@ class CellConfig:
             raise PrivauditorError(f"seed must be an integer >= 0, not {self.seed}")
         if not self.attacks:
             raise PrivauditorError("attacks must name at least one attack (privauditor ls attacks)")
+        if any("," in name for name in self.attacks):  # ``--set attacks=loss,zlib``: one name to YAML
+            names = ",".join(self.attacks)
+            raise PrivauditorError(f"attacks is a list: write attacks=[{names}], not attacks={names}")
         twice = sorted({a for i, a in enumerate(self.attacks) if a in self.attacks[:i]})
         if twice:
             raise PrivauditorError(f"attacks names {', '.join(map(repr, twice))} twice")

@@ -21,15 +21,26 @@ the numbers depend on besides the settings, so the cell id changes exactly when 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..infra.cache import stable_hash
 from ..infra.errors import PrivauditorError
 from .sections import DeepSpeedSettings, ScoreSettings, SplitConfig, TrainSettings, whole
 
+if TYPE_CHECKING:
+    from ..adaptations import Adaptation
+    from ..attacks import Attack
+    from ..defences import Defence
+
 UNKNOWN_HASH = "????????"  # what validate shows for a cell whose offline base is not built yet
+#: where a spec keeps the plugin objects it built, beside its fields (:meth:`CellSpec.technique`)
+_PLUGINS = "_plugins"
+_T = TypeVar("_T")
 
 
 class Settings(Protocol):
@@ -71,6 +82,20 @@ class AttackSpec:
     params: dict[str, Any]
     views: dict[str, ViewSpec]
 
+    def plugin(self) -> Attack:
+        """The attack object of this name and these parameters: built once per process, as a sweep's
+        cells ask for the same ones (it only tells what the attack reads; a job that scores builds its
+        own, :mod:`~privauditor.tasks.cell.attack_job`)."""
+        return _attack(self.name, json.dumps(self.params, sort_keys=True))
+
+
+@functools.cache
+def _attack(name: str, params: str) -> Attack:
+    """An attack, built once per (name, parameters as JSON)."""
+    from ..attacks import build_attack
+
+    return build_attack(name, json.loads(params))
+
 
 @dataclass(frozen=True)
 class TrainSpec:
@@ -96,7 +121,11 @@ class TrainSpec:
 
 @dataclass(frozen=True)
 class CellSpec:
-    """Everything a cell's numbers depend on; :meth:`cell_id` hashes it."""
+    """Everything a cell's numbers depend on; :meth:`cell_id` hashes it.
+
+    :meth:`technique` and :meth:`defence_plugin` are the cell's plugin objects, built once per spec and
+    kept beside the fields: the id, :meth:`to_dict`, equality and a pickled copy (another process builds
+    its own) never see them."""
 
     model: str
     adaptation: str
@@ -135,10 +164,32 @@ class CellSpec:
     def defence_tag(self) -> str:
         """What the cell id adds to the technique: nothing without a defence, else the defence's tag
         (``+dp-e<ε>`` with DP-SGD)."""
+        defence = self.defence_plugin()
+        return "" if defence is None else defence.tag(self.defence_params)
+
+    def technique(self) -> Adaptation:
+        """The adaptation object of ``adaptation`` with its resolved hyper-parameters (built once)."""
+        from ..adaptations import build_adaptation
+
+        return self._built("technique", lambda: build_adaptation(self.adaptation, self.adaptation_params))
+
+    def defence_plugin(self) -> Defence | None:
+        """The defence object of ``defence`` (None for ``none``; built once)."""
         from ..defences import get_defence
 
-        defence = get_defence(self.defence)
-        return "" if defence is None else defence.tag(self.defence_params)
+        return self._built("defence", lambda: get_defence(self.defence))
+
+    def _built(self, key: str, make: Callable[[], _T]) -> _T:
+        """The plugin object under ``key``, made on first use and kept outside the dataclass fields."""
+        plugins = self.__dict__.setdefault(_PLUGINS, {})
+        if key not in plugins:
+            plugins[key] = make()
+        found: _T = plugins[key]
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields alone: a copy, or the spec in another process, builds its own plugin objects."""
+        return {k: v for k, v in self.__dict__.items() if k != _PLUGINS}
 
     def attack(self, name: str) -> AttackSpec:
         return next(a for a in self.attacks if a.name == name)
@@ -175,81 +226,113 @@ def resolve(config: Settings, build: bool = True, data: str | None = None) -> Ce
     from ..adaptations import build_adaptation
     from ..data.splits import SPLIT_VERSION
     from ..datasets import dataset_identity
-    from ..defences import get_defence
-    from ..infra.precision import resolve_precision
     from ..leakage.pii import INFERENCE_VERSION
     from ..models import resolve_model, weights_identity
-    from ..training.loop import TRAINER_VERSION
 
+    # the settings' technique: the defaults it fills in make the spec, which then builds its own
     technique = build_adaptation(config.adaptation, config.adaptation_params.get(config.adaptation))
-    spec = resolve_model(config.model)
+    model = resolve_model(config.model)
     data = data or dataset_identity(config.dataset)  # a wrong dataset fails here, before any pre-training
-    train = config.train
-    trains = technique.trains
-    deepspeed = train.deepspeed
-    if deepspeed is None and trains:
-        stage = spec.resources.zero_stage or (2 if train.workers > 1 else None)
-        deepspeed = None if stage is None else DeepSpeedSettings(stage)
-    checkpoints: tuple[float, ...]
-    if not trains:  # the base itself: one checkpoint, whatever the sweep's training settings
-        epochs, checkpoints, lr = 0, (0,), 0.0
-    else:
-        written = int(train.checkpoints[-1]) if train.checkpoints else train.epochs
-        epochs = technique.default_epochs if written is None else written
-        checkpoints = train.checkpoints or (epochs,)
-        lr = technique.default_lr_on(config.model, spec.family) if train.lr is None else train.lr
-    resolved_train = TrainSpec(
-        epochs=epochs,
-        checkpoints=tuple(checkpoints),
-        lr=lr,
-        batch_size=train.batch_size,
-        max_length=train.max_length,
-        workers=train.workers if trains else 1,
-        deepspeed=deepspeed if trains else None,
-        version=TRAINER_VERSION,
-        precision=resolve_precision(precision_setting(train), spec.dtype),
-    )
-    defence_params = {}
-    defence = get_defence(config.defence)
-    if defence is not None:
-        reason = defence.unsupported_reason(technique, resolved_train.workers, resolved_train.deepspeed)
-        if reason:
-            raise PrivauditorError(f"cannot run {config.model} × {config.adaptation}: {reason}")
-        defence_params = defence.resolve(
-            config.defence_params.get(config.defence), config.split.members + config.split.known_members
-        )
-    attacks = []
-    for name, attack in config.built_attacks().items():
-        if attack.access == "checkpoints" and trains and len(resolved_train.checkpoints) < 2:
-            raise PrivauditorError(
-                f"attack '{name}' reads a training trajectory: train.checkpoints needs at least 2 "
-                f"checkpoints, not {list(resolved_train.checkpoints)}"
-            )
-        views = {
-            role: ViewSpec(view.name, view.version, view.hyperparameters(), view.identity(build))
-            for role, view in attack.views().items()
-        }
-        attacks.append(AttackSpec(name, attack.version, attack.hyperparameters(), views))
+    train = _train_spec(config.train, technique, config.model, model)
+    defence_params = _defence_params(config, technique, train)
+    attacks = _attack_specs(config, train, technique.trains, build)
     return CellSpec(
         model=config.model,
         adaptation=config.adaptation,
         dataset=config.dataset,
         seed=config.seed,
-        base=weights_identity(spec, build),
+        base=weights_identity(model, build),
         data=data,
         split=config.split,
         split_version=SPLIT_VERSION,
-        train=resolved_train,
+        train=train,
         score=config.score,
         adaptation_params=technique.hyperparameters(),
         adaptation_version=technique.version,
-        attacks=tuple(attacks),
+        attacks=attacks,
         reference=config.reference,
         reference_weights=None if config.reference is None else weights_identity(config.reference, build),
         defence=config.defence,
         defence_params=defence_params,
         pii_inference_version=None if config.score.pii_candidates is None else INFERENCE_VERSION,
     )
+
+
+def _train_spec(train: TrainSettings, technique: Adaptation, name: str, model: Any) -> TrainSpec:
+    """Training as the base ``model`` (named ``name``) will run it: the technique's epochs and rate where
+    ``train`` leaves them out, the base's ZeRO stage, the precision its weights imply."""
+    from ..infra.precision import resolve_precision
+    from ..training.loop import TRAINER_VERSION
+
+    trains = technique.trains
+    deepspeed = train.deepspeed
+    if deepspeed is None and trains:
+        stage = model.resources.zero_stage or (2 if train.workers > 1 else None)
+        deepspeed = None if stage is None else DeepSpeedSettings(stage)
+    epochs, checkpoints, lr = _schedule(train, technique, name, model.family)
+    return TrainSpec(
+        epochs=epochs,
+        checkpoints=checkpoints,
+        lr=lr,
+        batch_size=train.batch_size,
+        max_length=train.max_length,
+        workers=train.workers if trains else 1,
+        deepspeed=deepspeed if trains else None,
+        version=TRAINER_VERSION,
+        precision=resolve_precision(precision_setting(train), model.dtype),
+    )
+
+
+def _schedule(
+    train: TrainSettings, technique: Adaptation, name: str, family: str
+) -> tuple[int, tuple[float, ...], float]:
+    """(epochs, checkpoints, learning rate): the technique's defaults where ``train`` leaves them out; the
+    base itself at one checkpoint for a technique that trains nothing, whatever the training settings."""
+    if not technique.trains:
+        return 0, (0,), 0.0
+    written = int(train.checkpoints[-1]) if train.checkpoints else train.epochs
+    epochs = technique.default_epochs if written is None else written
+    lr = technique.default_lr_on(name, family) if train.lr is None else train.lr
+    return epochs, tuple(train.checkpoints or (epochs,)), lr
+
+
+def _defence_params(config: Settings, technique: Adaptation, train: TrainSpec) -> dict[str, Any]:
+    """The defence's parameters resolved ({} without one); a pair it cannot train is a one-line error."""
+    from ..defences import get_defence
+
+    defence = get_defence(config.defence)
+    if defence is None:
+        return {}
+    reason = defence.unsupported_reason(technique, train.workers, train.deepspeed)
+    if reason:
+        raise PrivauditorError(f"cannot run {config.model} × {config.adaptation}: {reason}")
+    trained = config.split.members + config.split.known_members
+    return defence.resolve(config.defence_params.get(config.defence), trained)
+
+
+def _attack_specs(config: Settings, train: TrainSpec, trains: bool, build: bool) -> tuple[AttackSpec, ...]:
+    """Every attack with its views' identities (``build``: pre-training offline models they read); an
+    attack of a trajectory on fewer than 2 checkpoints is a one-line error."""
+    attacks = []
+    for name, attack in config.built_attacks().items():
+        if attack.access == "checkpoints" and trains and len(train.checkpoints) < 2:
+            raise PrivauditorError(
+                f"attack '{name}' reads a training trajectory: train.checkpoints needs at least 2 "
+                f"checkpoints, not {list(train.checkpoints)}"
+            )
+        views = {
+            role: ViewSpec(
+                name=view.name,
+                version=view.version,
+                params=view.hyperparameters(),
+                identity=view.identity(build),
+            )
+            for role, view in attack.views().items()
+        }
+        attacks.append(
+            AttackSpec(name=name, version=attack.version, params=attack.hyperparameters(), views=views)
+        )
+    return tuple(attacks)
 
 
 def precision_setting(train: Any) -> str:

@@ -102,7 +102,6 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # read when deepspeed is first imported
     import deepspeed
 
-    from ..adaptations import build_adaptation
     from ..data.splits import draw_split
     from ..datasets import load_dataset
     from ..infra.precision import to_precision
@@ -112,9 +111,8 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     cell = spec["cell"]  # the resolved CellSpec
     loaded = load_model(cell.model)
-    technique = build_adaptation(cell.adaptation, cell.adaptation_params)
     model = to_precision(
-        apply_seeded(technique, loaded.model, loaded.family, seed=cell.seed), cell.train.precision
+        apply_seeded(cell.technique(), loaded.model, loaded.family, seed=cell.seed), cell.train.precision
     )
     split = draw_split(load_dataset(cell.dataset), cell.split, cell.seed)
     train_config = train_config_of(cell)

@@ -259,30 +259,21 @@ def train(
 ) -> TrainResult:
     """Train the trainable parameters of ``model`` on ``examples`` as ``loop`` says; returns the loss
     record."""
-    make_step, rank, world, on_checkpoint = loop.make_step, loop.rank, loop.world, loop.on_checkpoint
     assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
     result = TrainResult(epochs=config.epochs, lr=config.lr)
     steps_per_epoch = -(-len(examples) // config.batch_size)
-
     wanted = checkpoint_steps(loop.checkpoints, steps_per_epoch)
-
-    def snapshot(step: int) -> None:
-        if step in wanted:
-            result.checkpoints.append((wanted[step], step))
-            if on_checkpoint is not None:
-                on_checkpoint(wanted[step], step)
-
+    snapshot = _Snapshots(result=result, wanted=wanted, on_checkpoint=loop.on_checkpoint)
     parameters = [p for p in model.parameters() if p.requires_grad]
     if config.epochs == 0 or not parameters:  # nothing trains: the one snapshot is the start
-        if wanted:
-            result.checkpoints.append((0, 0))
-            if on_checkpoint is not None:
-                on_checkpoint(0, 0)
+        snapshot.untrained()
         return result
     data = encode(tokenizer, examples, config.max_length, seq2seq)
-    torch.manual_seed(config.seed + rank)  # dropout masks (LoRA's, adapters') draw from the global generator
+    torch.manual_seed(
+        config.seed + loop.rank
+    )  # dropout masks (LoRA's, adapters') draw from the global generator
     generator = torch.Generator().manual_seed(config.seed)
-    step = make_step(model, parameters, config.lr, min(WARMUP_STEPS, steps_per_epoch))
+    step = loop.make_step(model, parameters, config.lr, min(WARMUP_STEPS, steps_per_epoch))
     snapshot(0)  # after the step is built: a DeepSpeed engine gathers the weights
     device = parameters[0].device
     model.train()
@@ -290,36 +281,95 @@ def train(
     shown = Progress(  # one rank speaks for all
         f"training ({len(examples)} records, {config.epochs} epochs)",
         steps_per_epoch * config.epochs,
-        quiet=rank > 0,
+        quiet=loop.rank > 0,
     )
+    steps = _Steps(
+        step=step, data=data, pad_id=tokenizer.pad_token_id, seq2seq=seq2seq, device=device,
+        rank=loop.rank, world=loop.world, result=result, snapshot=snapshot, shown=shown,
+    )  # fmt: skip
     for epoch in range(config.epochs):
         batches = _batches(epoch, len(data), config.batch_size, generator, loop.sampler)
-        fallback = next((b[:1] for b in batches if b), [0])  # what an idle rank runs, at weight 0
-        epoch_loss = epoch_tokens = 0.0
-        for drawn in batches:
-            if world == 1:
-                check("training")
-            rows = drawn[rank::world]
-            # a short last batch leaves a rank idle, as an empty Poisson batch does: it steps with zero loss
-            weight = 1.0 if rows else 0.0
-            batch = collate([data[i] for i in rows or fallback], tokenizer.pad_token_id, seq2seq)
-            loss = step({k: v.to(device) for k, v in batch.items()}, weight)
-            n = predicted_tokens(batch["labels"], seq2seq) * weight
-            summed = torch.tensor([loss.item() * n, n, float(expired())], dtype=torch.float64)
-            if world > 1:  # ranks agree on the time limit too, so none is left waiting in a collective
-                torch.distributed.all_reduce(summed)
-                if summed[2] > 0:
-                    raise timeout("training")
-            epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
-            result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
-            snapshot(len(result.loss_curve))
-            shown.update(1, loss=result.loss_curve[-1])
-        result.epoch_losses.append(round(epoch_loss / max(1, epoch_tokens), 4))
+        result.epoch_losses.append(_epoch(steps, batches))
     shown.close()
     result.steps = steps_per_epoch * config.epochs
     result.seconds = round(time.perf_counter() - started, 2)
     model.eval()
     return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Snapshots:
+    """A run's checkpoints (step -> epoch, ``wanted``): each one reached is recorded in ``result`` and
+    handed to ``on_checkpoint``."""
+
+    result: TrainResult
+    wanted: dict[int, float]
+    on_checkpoint: Callable[[float, int], None] | None
+
+    def __call__(self, step: int) -> None:
+        if step in self.wanted:
+            self._take(self.wanted[step], step)
+
+    def untrained(self) -> None:
+        """A run that trains nothing: its one snapshot, where any is wanted, is the start."""
+        if self.wanted:
+            self._take(0, 0)
+
+    def _take(self, epoch: float, step: int) -> None:
+        self.result.checkpoints.append((epoch, step))
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(epoch, step)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Steps:
+    """What every optimisation step of :func:`train` reads and records: the ``step`` function, the encoded
+    records, the pad id, the family (``seq2seq``), the weights' device, this ``rank`` of ``world``, the loss
+    record (``result``), the snapshots and the progress shown."""
+
+    step: Callable[[dict[str, torch.Tensor], float], torch.Tensor]
+    data: list[dict[str, list[int]]]
+    pad_id: int
+    seq2seq: bool
+    device: Any
+    rank: int
+    world: int
+    result: TrainResult
+    snapshot: _Snapshots
+    shown: Progress
+
+
+def _epoch(steps: _Steps, batches: list[list[int]]) -> float:
+    """Step through one epoch's ``batches``, recording each step's loss and taking its snapshots; the
+    epoch's mean loss per token."""
+    fallback = next((b[:1] for b in batches if b), [0])  # what an idle rank runs, at weight 0
+    epoch_loss = epoch_tokens = 0.0
+    for drawn in batches:
+        summed = _step(steps, drawn, fallback)
+        epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
+        steps.result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
+        steps.snapshot(len(steps.result.loss_curve))
+        steps.shown.update(1, loss=steps.result.loss_curve[-1])
+    return round(epoch_loss / max(1, epoch_tokens), 4)
+
+
+def _step(steps: _Steps, drawn: list[int], fallback: list[int]) -> torch.Tensor:
+    """One step on this rank's share of the global batch ``drawn``: (loss × tokens, tokens, whether the
+    time is up), summed over every rank."""
+    if steps.world == 1:
+        check("training")
+    rows = drawn[steps.rank :: steps.world]
+    # a short last batch leaves a rank idle, as an empty Poisson batch does: it steps with zero loss
+    weight = 1.0 if rows else 0.0
+    batch = collate([steps.data[i] for i in rows or fallback], steps.pad_id, steps.seq2seq)
+    loss = steps.step({k: v.to(steps.device) for k, v in batch.items()}, weight)
+    n = predicted_tokens(batch["labels"], steps.seq2seq) * weight
+    summed = torch.tensor([loss.item() * n, n, float(expired())], dtype=torch.float64)
+    if steps.world > 1:  # ranks agree on the time limit too, so none is left waiting in a collective
+        torch.distributed.all_reduce(summed)
+        if summed[2] > 0:
+            raise timeout("training")
+    return summed
 
 
 def _batches(epoch: int, n: int, size: int, generator: torch.Generator, sampler: Any) -> list[list[int]]:

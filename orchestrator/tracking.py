@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def checkpoint_report(checkpoint: dict[str, Any], metrics: dict[str, Any]) -> di
     } | ({"epsilon": checkpoint["epsilon"]} if "epsilon" in checkpoint else {})
 
 
-def log_leaderboard(settings: Any, sweep_name: str, out: Path, rows: list[dict[str, Any]]) -> None:
+def log_leaderboard(settings: Any, sweep_name: str, out: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     """The sweep's leaderboard as one W&B table (a run named ``<sweep>-leaderboard``)."""
     wandb, mode = _wandb(settings)
     if wandb is None or not rows:
