@@ -50,6 +50,7 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     pii: Mapping[str, str] | None = None,
     render: str | None = None,
     limit: int | None = None,
+    skip_bad: bool = False,
 ) -> AuditResult:
     """Attack ``model`` (a Hugging Face id, a local checkpoint or a registered base; with ``adapter`` on
     top) on its ``members`` and ``nonmembers`` files and return the scores with the verdict
@@ -59,7 +60,8 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     kind -> regular expression (group 1, or the whole match, is the value) of the PII fields whose
     reconstruction the audit measures (docs/extraction.md). ``render="text"`` scores every record as one
     whole text, whatever its form (files of different forms are refused otherwise); ``limit`` reads the first
-    N records of each file (:func:`audit_preview` shows how they render, scoring nothing)."""
+    N records of each file (:func:`audit_preview` shows how they render, scoring nothing); a file with
+    records that cannot be read (malformed, empty, too long, repeated) is refused unless ``skip_bad``."""
     from .tasks.audit.run import run_audit
     from .tasks.audit.verdict import verdict
 
@@ -68,6 +70,7 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     config, options = _prepared(
         model, members, settings=settings, adapter=adapter, reference=reference, revision=revision, dtype=dtype,
         chat_scored=chat_scored, text_column=text_column, pii=pii, render=render, limit=limit,
+        skip_bad=skip_bad,
     )  # fmt: skip
     outcome = run_audit(model, str(members), str(nonmembers), Path(out), config, options)
     verdict(outcome.path, nonmembers_from)

@@ -99,6 +99,7 @@ def _run_audit(args: argparse.Namespace, keep: bool = False) -> Any:
         "adapter": args.adapter, "reference": args.reference, "settings": args.set or [],
         "revision": args.revision, "dtype": args.dtype, "chat_scored": args.chat_scored,
         "text_column": args.text_column, "pii": dict(args.pii or []), "render": args.render, "limit": args.limit,
+        "skip_bad": args.skip_bad_records,
     }  # fmt: skip
     if args.dry_run:
         preview = privauditor.audit_preview(args.model, args.members, args.nonmembers, **options)
@@ -203,6 +204,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     audit.add_argument(
         "--limit", type=_positive, metavar="N", help="read only the first N records of each file"
+    )
+    audit.add_argument(
+        "--skip-bad-records",
+        action="store_true",
+        help="audit the rest of a file some of whose records are malformed, empty, too long or repeated "
+        "(refused otherwise, naming them by line)",
     )
     audit.add_argument(
         "--dry-run",

@@ -49,10 +49,10 @@ def fingerprint(out):
     }
 
 
-def run(tmp_path, sweep, out, capsys):
+def run(tmp_path, sweep, out, capsys, *extra):
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(sweep))
-    code = main(["run", str(path), "--out", str(out)])
+    code = main(["run", str(path), "--out", str(out), *extra])
     return code, capsys.readouterr().out
 
 
@@ -106,7 +106,10 @@ def test_sweep_runs_resumes_and_shares_work(ray_session, tmp_path, capsys):
 
     changed = json.loads(json.dumps(bigger))
     changed["train"]["epochs"] = 2  # `none`, `icl` train nothing: their cells (one checkpoint, epoch 0) stay
-    code, printed = run(tmp_path, changed, out, capsys)
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(changed))
+    assert main(["run", str(tmp_path / "sweep.yaml"), "--out", str(out)]) == 2  # other settings: refused
+    assert "with settings" in capsys.readouterr().err
+    code, printed = run(tmp_path, changed, out, capsys, "--add-spec")  # on purpose
     assert code == 0 and "2 already done, 2 to run" in printed
     assert len(list((out / "cells").glob("*/DONE"))) == 6
 

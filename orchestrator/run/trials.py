@@ -120,37 +120,17 @@ def _trial(
     """One cell, inside a Ray Tune trial; a finished cell is mirrored to W&B from here (once: a retried
     trial logs only when it succeeds)."""
 
-    import ray
-    import torch
     from ray import tune
 
-    from privauditor.tasks.cell.run import CellEnvironment, run_cell
+    from privauditor.tasks.cell.run import run_cell
     from privauditor.tasks.infra.results import CellFolder, Results, checkpoint_results
 
     from ..report.plots import roc_png
-    from .attack_actor import attack_actor, ray_tasks
-    from .ray_train import RayTrainLauncher
-    from .view_tasks import adapts, view_task
+    from .attack_actor import attack_actor
 
     attack_actor()  # started now, so its process start-up overlaps the cell's adaptation
     cell_id = config["cell_id"]
-    threads = max(1, int(resources[cell_id]["CPU"]))
-    torch.set_num_threads(threads)  # two trials' thread pools on the same cores slow both many times over
-    launcher = RayTrainLauncher(
-        cpus_per_worker=threads, gpus_per_worker=min(resources[cell_id].get("GPU", 0.0), 1.0)
-    )
-    runtime = {
-        "ray_node_id": ray.get_runtime_context().get_node_id(),
-        "trial_id": tune.get_context().get_trial_id(),
-        "pid": os.getpid(),
-    }
-    env = CellEnvironment(
-        distributed=launcher,
-        map_jobs=ray_tasks,
-        run_view=view_task(resources[cell_id]) if adapts(specs[cell_id]) else None,
-        timeout_s=sweep.run.cell_timeout_s if sweep is not None else None,
-        runtime=runtime | {"attacks": "ray actor tasks"},
-    )
+    env = _environment(specs[cell_id], resources[cell_id], sweep)
     results = Results.at(out)
     if results.done(cell_id):  # finished since the sweep started (another run of the same sweep)
         tune.report({"max_auc": float("nan"), "skipped": True})
@@ -169,19 +149,49 @@ def _trial(
         tune.report(checkpoint_report(checkpoint, metrics) | {"skipped": outcome.skipped})
 
 
+def _environment(spec: Any, resources: dict[str, float], sweep: Any) -> Any:
+    """What a trial's cell runs with: this trial's threads (two trials' thread pools on the same cores
+    slow both many times over), Ray Train workers for DeepSpeed, attacks as Ray actor tasks, a view that
+    adapts a model of its own as a Ray task, the cell's time limit, and where it ran."""
+    import ray
+    import torch
+    from ray import tune
+
+    from privauditor.tasks.cell.run import CellEnvironment
+
+    from .attack_actor import ray_tasks
+    from .ray_train import RayTrainLauncher
+    from .view_tasks import adapts, view_task
+
+    threads = max(1, int(resources["CPU"]))
+    torch.set_num_threads(threads)
+    launcher = RayTrainLauncher(cpus_per_worker=threads, gpus_per_worker=min(resources.get("GPU", 0.0), 1.0))
+    runtime = {
+        "ray_node_id": ray.get_runtime_context().get_node_id(),
+        "trial_id": tune.get_context().get_trial_id(),
+        "pid": os.getpid(),
+    }
+    return CellEnvironment(
+        distributed=launcher,
+        map_jobs=ray_tasks,
+        run_view=view_task(resources) if adapts(spec) else None,
+        timeout_s=sweep.run.cell_timeout_s if sweep is not None else None,
+        runtime=runtime | {"attacks": "ray actor tasks"},
+    )
+
+
 def run_trials(
     sweep: Any, todo: list[Any], results: Any, rebuild: Any, max_concurrent: int | None, verbose: bool
 ) -> list[tuple[str, str]]:
     """Run the resolved cells ``todo`` as Tune trials on the current Ray session; returns the failed
     cells' (id, one-line error)."""
     from ray import tune
-    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 
-    from .console import Progress, reason, weights
+    from .console import reason
     from .view_tasks import bundles
 
     # Tune's default loggers add TensorBoardX, whose import costs the driver about 2.5 s before the first
-    # trial starts; the CSV and JSON logs are kept, passed explicitly below
+    # trial starts; the CSV and JSON logs are kept, passed explicitly by _tuner
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     import ray
 
@@ -195,10 +205,42 @@ def run_trials(
     trainable = tune.with_resources(
         trainable, lambda config: tune.PlacementGroupFactory(*placed[config["cell_id"]])
     )
+    tuner = _tuner(sweep, trainable, specs, results, rebuild, max_concurrent, verbose)
+    with _quiet(not verbose):
+        found = tuner.fit()  # SIGINT: Tune stops the running trials and returns what finished
+    failures = [(r.config["cell_id"], reason(r.error)) for r in found if r.error]
+    finished = sum(results.done(spec.cell_id()) for spec in todo)  # not those Ctrl-C stopped
+    stopped = len(todo) - finished - len(failures)
+    print(
+        f"{finished} cells ran, {len(failures)} failed"
+        + (f", {stopped} stopped" if stopped > 0 else "")
+        + f", {time.perf_counter() - started:.0f} s"
+    )
+    return failures
+
+
+def _tuner(  # noqa: PLR0913  # the sweep, its trainable and cells, and run_trials' own arguments
+    sweep: Any,
+    trainable: Any,
+    specs: dict[str, Any],
+    results: Any,
+    rebuild: Any,
+    max_concurrent: int | None,
+    verbose: bool,
+) -> Any:
+    """The Tune run of the sweep's cells: one trial per cell (named by its id), at most ``max_concurrent``
+    (else ``run.max_concurrent_trials``) at once, retried ``run.max_failures`` times, the console's
+    progress line and Tune's CSV and JSON logs under ``OUT/ray/`` (or ``run.storage_path``)."""
+    from ray import tune
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    from .console import Progress, weights
+
+    run = sweep.run
     storage = run.storage_path or (
         f"{results.uri.rstrip('/')}/ray" if results.remote else str(results.root / "ray")
     )
-    tuner = tune.Tuner(
+    return tune.Tuner(
         trainable,
         param_space={"cell_id": tune.grid_search(list(specs))},
         tune_config=tune.TuneConfig(
@@ -219,17 +261,6 @@ def run_trials(
             verbose=2 if verbose else 0,
         ),
     )
-    with _quiet(not verbose):
-        found = tuner.fit()  # SIGINT: Tune stops the running trials and returns what finished
-    failures = [(r.config["cell_id"], reason(r.error)) for r in found if r.error]
-    finished = sum(results.done(spec.cell_id()) for spec in todo)  # not those Ctrl-C stopped
-    stopped = len(todo) - finished - len(failures)
-    print(
-        f"{finished} cells ran, {len(failures)} failed"
-        + (f", {stopped} stopped" if stopped > 0 else "")
-        + f", {time.perf_counter() - started:.0f} s"
-    )
-    return failures
 
 
 @contextlib.contextmanager

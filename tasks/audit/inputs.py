@@ -38,12 +38,13 @@ TPR_TARGETS = {"1 %": 0.01, "0.1 %": 0.001}
 
 
 def read_records(
-    path: str, tag: str, text_column: str | None = None
+    path: str, tag: str, text_column: str | None = None, skip_bad: bool = False
 ) -> tuple[list[Example], dict[str, Messages]]:
     """A file's records as examples with ids ``<tag>:<id>``, and the conversations of chat records by id
     (``messages`` rows, rendered plainly until a tokenizer is at hand: ``chat.py``). ``text_column``
     names the column that holds each record's whole text (scored as a ``text`` column is). A missing
-    file, or one with no record an audit can read, is an error naming the columns it found."""
+    file, or one with no record an audit can read, is an error naming the columns it found; so is a record
+    left out (malformed, empty, over the length limit, a duplicate) unless ``skip_bad``."""
     file = Path(path)
     if file.is_dir():
         raise PrivauditorError(f"{path} is a folder: name one JSONL, CSV, Parquet or TXT file of records")
@@ -69,9 +70,14 @@ def read_records(
         f"columns found: {', '.join(columns[:8]) or 'none'}"
     )
     try:
-        examples = load_dataset(path).examples
+        loaded = load_dataset(path)
     except DataError as error:
         raise PrivauditorError(f"{error}; {readable}") from None
+    examples = loaded.examples
+    if loaded.report.dropped and not skip_bad:  # an audit reads every record it is given, or says why not
+        raise PrivauditorError(
+            f"{loaded.report.summary()}: fix those records, or pass --skip-bad-records to audit the rest"
+        )
     if not examples:
         raise PrivauditorError(f"{path}: no usable records; {readable}")
     return [Example(f"{tag}:{e.sample_id}", e.prompt, e.target) for e in examples], {}

@@ -82,6 +82,7 @@ class AuditOptions:
     pii: tuple[tuple[str, str], ...] = ()  # (kind, regular expression) of the PII fields to look for
     render: str | None = None  # "text": every record scored as one whole text, whatever its form
     limit: int | None = None  # only the first N records of each file
+    skip_bad: bool = False  # audit the rest of a file some of whose records cannot be read
 
 
 def run_audit(
@@ -270,7 +271,7 @@ def _read_parts(
     check_patterns(dict(options.pii))  # a bad pattern is a one-line error before anything loads
     parts, chats = {}, {}
     for part, path in (("members", members), ("nonmembers", nonmembers)):
-        parts[part], found = read_records(path, part[0], options.text_column)
+        parts[part], found = read_records(path, part[0], options.text_column, options.skip_bad)
         parts[part] = parts[part][: options.limit]  # --limit N: the first N records
         chats |= found
     parts = one_form(parts, chats, options.render)

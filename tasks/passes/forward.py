@@ -203,30 +203,48 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
         tokenizer, examples, max_length, seq2seq, batch_size, budget
     ):
         tokens = label_ids[mask].to(device)
-        chunks = []
         with autocast(model):  # the model's precision: bf16 compute under bf16-mixed
             head = _run(model, batch, mask, seq2seq)
-        for i in range(0, len(tokens), chunk_rows):
-            with autocast(model):
-                logits = head.project(i, chunk_rows)
-            targets = tokens[i : i + chunk_rows]  # the statistics in float32, outside autocast
-            pieces = [
-                _piece_stats(logits[j : j + stats_rows], targets[j : j + stats_rows], moments, extended)
-                for j in range(0, len(logits), stats_rows)
-            ]
-            chunks.append(_top_stats([torch.cat(parts) for parts in zip(*pieces, strict=True)]))
-        columns = [torch.cat(parts).cpu().numpy().astype(np.float32) for parts in zip(*chunks, strict=True)]
-        lengths = mask.sum(1).tolist()
-        offset = 0
-        for row, n in enumerate(lengths):
-            cut = slice(offset, offset + n)
-            ids = label_ids[row][mask[row]].numpy().astype(np.int32)
-            stats = [c[cut] for c in columns]
-            if len(stats) > RANK_COLUMN:
-                stats[RANK_COLUMN] = stats[RANK_COLUMN].astype(np.int16)  # exact small integers
-            out[rows_of_batch[row]] = TokenStats(ids, *stats)
-            offset += n
+        columns = _columns(model, head, tokens, (chunk_rows, stats_rows), moments, extended)
+        for row, stats in enumerate(_by_row(columns, label_ids, mask)):
+            out[rows_of_batch[row]] = stats
     return out  # type: ignore[return-value]  # every slot filled
+
+
+def _columns(
+    model: Any, head: TargetHead, tokens: torch.Tensor, rows: tuple[int, int], moments: bool, extended: bool
+) -> list[np.ndarray]:
+    """A batch's statistics, one float32 array per statistic over its target positions: the logits
+    projected ``rows[0]`` positions at a time (under the model's autocast), the statistics computed in
+    float32 ``rows[1]`` positions at a time."""
+    from ..infra.precision import autocast
+
+    chunk_rows, stats_rows = rows
+    chunks = []
+    for i in range(0, len(tokens), chunk_rows):
+        with autocast(model):
+            logits = head.project(i, chunk_rows)
+        targets = tokens[i : i + chunk_rows]  # the statistics in float32, outside autocast
+        pieces = [
+            _piece_stats(logits[j : j + stats_rows], targets[j : j + stats_rows], moments, extended)
+            for j in range(0, len(logits), stats_rows)
+        ]
+        chunks.append(_top_stats([torch.cat(parts) for parts in zip(*pieces, strict=True)]))
+    return [torch.cat(parts).cpu().numpy().astype(np.float32) for parts in zip(*chunks, strict=True)]
+
+
+def _by_row(columns: list[np.ndarray], label_ids: torch.Tensor, mask: torch.Tensor) -> list[TokenStats]:
+    """A batch's statistics cut into each row's (its target tokens, in order)."""
+    found, offset = [], 0
+    for row, n in enumerate(mask.sum(1).tolist()):
+        cut = slice(offset, offset + n)
+        ids = label_ids[row][mask[row]].numpy().astype(np.int32)
+        stats = [c[cut] for c in columns]
+        if len(stats) > RANK_COLUMN:
+            stats[RANK_COLUMN] = stats[RANK_COLUMN].astype(np.int16)  # exact small integers
+        found.append(TokenStats(ids, *stats))
+        offset += n
+    return found
 
 
 def _run(model: Any, batch: dict[str, torch.Tensor], mask: torch.Tensor, seq2seq: bool) -> TargetHead:
