@@ -43,6 +43,8 @@ def summary(result: Any, code: int) -> dict[str, Any]:
         "tpr_at_0.1pct_fpr",
         "tpr_at_1pct_fpr",
         "tpr_at_0fp",
+        "tpr_at_0fp_ci",
+        "tpr_at_0fp_fpr_bound",
         "n_members",
         "n_nonmembers",
     )

@@ -170,6 +170,8 @@ def test_fail_on_leakage_exits_3_on_the_leaking_model_and_0_on_its_base_with_one
     found = json.loads(printed.out)  # stdout is the one object; the tables went to stderr
     assert found["finding"] == "leakage" and found["exit_code"] == 3
     assert set(found["attacks"]) == {"loss", "zlib", "min_k"} and found["attacks"]["loss"]["auc"] > 0.9
+    assert len(found["attacks"]["loss"]["tpr_at_0fp_ci"]) == 2  # with its interval and FPR bound
+    assert 0 < found["attacks"]["loss"]["tpr_at_0fp_fpr_bound"] < 1
     assert found["attacks"]["loss"]["p_holm"] < 0.05 and "verdict: LEAKAGE" in printed.err
     assert audit_of(leaking, "base", "--fail-on", "any", "--json", adapter=False) == 0
     base = json.loads(capsys.readouterr().out)
