@@ -30,7 +30,8 @@ from privauditor.tasks.data.splits import draw_split
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import MODELS, load_model
 from privauditor.tasks.spec.config import SplitConfig
-from privauditor.tasks.training.loop import TrainConfig, apply_seeded, train, validation_loss
+from privauditor.tasks.training.loop import TrainConfig, apply_seeded, train
+from privauditor.tasks.training.utility import validation_loss
 
 
 def supported_pairs(models, techniques):

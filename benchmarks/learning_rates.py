@@ -41,8 +41,9 @@ from privauditor.tasks.data.splits import draw_reserved
 from privauditor.tasks.datasets import load_dataset
 from privauditor.tasks.models import MODELS, active_profile
 from privauditor.tasks.spec.config import SplitConfig
-from privauditor.tasks.training.loop import Loop, TrainConfig, apply_seeded, train, validation_loss
+from privauditor.tasks.training.loop import Loop, TrainConfig, apply_seeded, train
 from privauditor.tasks.training.snapshots import restore, trainable_state
+from privauditor.tasks.training.utility import validation_loss
 
 LADDER = [round(m * 10.0**e, 10) for e in range(-6, 2) for m in (1, 3)]  # 1e-6, 3e-6, ..., 10, 30
 HEADER = ["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"]

@@ -14,8 +14,8 @@ from privauditor.tasks.training.loop import (
     encode,
     predicted_tokens,
     train,
-    validation_loss,
 )
+from privauditor.tasks.training.utility import validation_loss
 
 from .helpers import EXAMPLES, fresh_base
 

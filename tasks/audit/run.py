@@ -211,7 +211,7 @@ def _measure(
     from ..cell.evaluate import Evaluate, evaluate
     from ..models import weights_identity
     from ..passes.scorer import Scorer, identity_of
-    from ..training.loop import validation_loss
+    from ..training.utility import validation_loss
 
     spec, loaded, parts, model = inputs.spec, target.loaded, target.parts, inputs.files.model
     weights = weights_identity(inputs.model_spec)

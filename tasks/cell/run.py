@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,50 +30,20 @@ from ..infra.deadline import limit
 from ..infra.errors import PrivauditorError
 from ..infra.faults import in_cell
 from ..infra.files import write_json
-from ..infra.progress import Progress
-from ..infra.provenance import directory_hash, hardware, versions
-from ..infra.records import CellOutcome, CheckpointRecord, cell_record, checkpoint_record
-from ..infra.results import RESULTS_FORMAT, CellFolder, checkpoint_path
+from ..infra.provenance import hardware, versions
+from ..infra.records import CellOutcome, CheckpointRecord, cell_record
+from ..infra.results import RESULTS_FORMAT, CellFolder
 from ..passes.counting import install_from_env
 from ..spec.config import CellConfig
 from ..spec.resolved import CellSpec, slug
-from .attack_job import MapJobs, in_process
+from .checkpoints import Trained, audit_checkpoints
+from .environment import IN_PROCESS, CellEnvironment, Clock
 from .training import train_cell
 
 log = logging.getLogger(__name__)
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    def __call__(self, step: str, work: Callable[[], Any]) -> Any:
-        started = time.perf_counter()
-        try:
-            return work()
-        finally:
-            self.seconds[step] = round(self.seconds.get(step, 0.0) + time.perf_counter() - started, 3)
-
-
-@dataclass(frozen=True)
-class CellEnvironment:
-    """What the orchestrator lends a cell (the defaults: one process, no limit)."""
-
-    #: ``distributed(spec, workers)`` runs :func:`privauditor.tasks.training.distributed.train_worker` on
-    #: ``workers`` ranks (Ray Train, from the orchestrator); cells whose ``train.deepspeed`` is set need it
-    distributed: Callable[[dict[str, Any], int], Any] | None = None
-    #: ``map_jobs(attack_job, jobs)``: how the attacks run on the stored signals (Ray tasks in a sweep)
-    map_jobs: MapJobs = in_process
-    #: ``run_view(compute_view, job)`` starts a view that adapts a model of its own (SPV-MIA's reference)
-    #: out of the cell's process and returns the wait for it (a Ray task in a sweep; None: in the cell)
-    run_view: Callable[[Callable[..., Any], Any], Callable[[], Any]] | None = None
-    #: past this many seconds the cell stops with :class:`~privauditor.tasks.infra.deadline.CellTimeout`
-    timeout_s: float | None = None
-    #: recorded in ``cell.json`` (e.g. the Ray node that ran the cell)
-    runtime: dict[str, Any] = field(default_factory=dict)
-
-
-def run_cell(cell: CellConfig | CellSpec, out: Path, env: CellEnvironment = CellEnvironment()) -> CellOutcome:
+def run_cell(cell: CellConfig | CellSpec, out: Path, env: CellEnvironment = IN_PROCESS) -> CellOutcome:
     """Run (or find DONE) the cell under the results folder ``out``, without ``DONE`` if it fails or runs
     past ``env.timeout_s``. ``cell`` is a resolved spec, or settings resolved here."""
     install_from_env()  # counts forward passes when $PRIVAUDITOR_COUNT_FORWARD is set (benchmarks)
@@ -93,14 +61,14 @@ def run_cell(cell: CellConfig | CellSpec, out: Path, env: CellEnvironment = Cell
     cell_dir = folder.start()  # an unfinished earlier attempt is cleared
     in_cell(cell_id)
     with limit(env.timeout_s):
-        record = execute(spec, cell_id, cell_dir, out / "shared", _Clock(), env)
+        record = execute(spec, cell_id, cell_dir, out / "shared", Clock(), env)
     record["hardware"] = hardware(record["device"])
     folder.finish(record | {"versions": versions(), "runtime": env.runtime})
     return folder.outcome(skipped=False)
 
 
 def execute(
-    spec: CellSpec, cell_id: str, cell_dir: Path, shared: Path, clock: _Clock, env: CellEnvironment
+    spec: CellSpec, cell_id: str, cell_dir: Path, shared: Path, clock: Clock, env: CellEnvironment
 ) -> dict[str, Any]:
     """The cell's work; returns the ``cell.json`` record (spec, provenance, timings, training)."""
     ready = prepare(spec, shared, clock)
@@ -138,7 +106,7 @@ class Prepared:
     receipts: Any
 
 
-def prepare(spec: CellSpec, shared: Path, clock: _Clock) -> Prepared:
+def prepare(spec: CellSpec, shared: Path, clock: Clock) -> Prepared:
     """The cell up to its training: the split drawn before the model (bad data fails before any weights
     load) and its ids shared, the base loaded and checked against the technique and its context, the
     technique applied with the cell's seed at its precision, the members' loss receipts."""
@@ -182,7 +150,7 @@ class Ran:
 
 
 def _record(
-    cell_id: str, trained: Trained, ready: Prepared, ran: Ran, shared: Path, clock: _Clock
+    cell_id: str, trained: Trained, ready: Prepared, ran: Ran, shared: Path, clock: Clock
 ) -> dict[str, Any]:
     """The cell's ``cell.json`` record (``hardware``, ``versions`` and ``runtime`` join it in :func:`run_cell`)."""
     spec, split, result, guard = trained.spec, ready.split, ran.result, ran.guard
@@ -219,215 +187,6 @@ def _record(
         loss_receipts=ready.receipts,  # None: nothing trains (none, icl)
         repeats=split.repeats(),
     )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Trained:
-    """A trained cell to audit: its spec (whose technique it is) and adapted ``model`` (on ``loaded``'s
-    base), its split, the (epoch, step) ``checkpoints`` whose snapshots are in ``snapshots``. In-context
-    learning's ``contexts`` by sample id and the record of its ``demonstrations`` (written in place of
-    ``adapter/``); ``epsilon_at(step)``: the ε a DP run has spent by that step."""
-
-    spec: CellSpec
-    model: Any
-    loaded: Any
-    split: Any
-    checkpoints: list[tuple[float, int]]
-    snapshots: Path
-    contexts: dict[str, str] | None = None
-    demonstrations: dict[str, Any] | None = None
-    epsilon_at: Callable[[int], float] | None = None
-
-
-def audit_checkpoints(
-    trained: Trained, cell_dir: Path, shared: Path, reference: Any, clock: _Clock, env: CellEnvironment
-) -> list[CheckpointRecord]:
-    """Score and attack each checkpoint of ``trained``; returns the ``checkpoints`` records of
-    ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the earliest of
-    ties) gets the costly attacks too. An attack whose empirical lower bound on ε exceeds what a DP run
-    has spent is listed under ``dp_violations`` and logged as a bug."""
-    from ..views._base import Recipe
-    from .plan import plan_cell
-
-    spec, split, checkpoints = trained.spec, trained.split, trained.checkpoints
-    recipe = Recipe(spec.model, spec.adaptation, spec.adaptation_params, spec.train.lr, spec.train.batch_size)
-    delta = _delta(spec, split)
-    utilities = _utilities(trained, clock)
-    best = min(utilities, key=lambda s: (utilities[s], s))
-    steps = [step for _, step in checkpoints]
-    plan = plan_cell(spec, best=steps.index(best))
-    cell = CellAudit(
-        trained=trained, cell_dir=cell_dir, shared=shared, reference=reference, clock=clock, env=env,
-        recipe=recipe, delta=delta, utilities=utilities, best=best, last=checkpoints[-1][1],
-        parts={part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")},
-    )  # fmt: skip
-    audited: list[CheckpointRecord] = []
-    earlier: list[Any] = []
-    shown = Progress(
-        f"auditing {len(checkpoints)} checkpoints ({len(spec.attacks)} attacks)", len(checkpoints)
-    )
-    for (epoch, step), stage in zip(checkpoints, plan.checkpoints, strict=True):
-        record, checkpoint = _audit_checkpoint(cell, epoch, step, stage, tuple(earlier))
-        audited.append(record)
-        earlier.append(checkpoint)
-        shown.update(1, epoch=epoch)
-    shown.close()
-    return audited
-
-
-@dataclass(frozen=True, kw_only=True)
-class CellAudit:
-    """What the audits of a cell's checkpoints share: the trained cell, its folder and the results
-    folder's ``shared/``, the reference model, what the orchestrator lends (``env``), how the technique
-    adapted (``recipe``), the δ of the empirical ε bound, the split's parts, each snapshot's validation NLL
-    by step, and the steps of the best and the last checkpoints."""
-
-    trained: Trained
-    cell_dir: Path
-    shared: Path
-    reference: Any
-    clock: _Clock
-    env: CellEnvironment
-    recipe: Any
-    delta: float
-    parts: dict[str, Any]
-    utilities: dict[int, float]
-    best: int
-    last: int
-
-
-def _audit_checkpoint(
-    cell: CellAudit, epoch: float, step: int, stage: Any, earlier: tuple[Any, ...]
-) -> tuple[CheckpointRecord, Any]:
-    """Score and attack the checkpoint at ``step`` as its ``stage`` of the plan says, after the ``earlier``
-    ones; its ``checkpoints`` record, and the checkpoint as the later ones read it."""
-    from ..passes.scorer import Scorer, identity_of
-    from ..training.snapshots import load_snapshot
-    from ..views._base import Checkpoint
-    from .evaluate import evaluate
-
-    trained, spec = cell.trained, cell.trained.spec
-    model, loaded = trained.model, trained.loaded
-    load_snapshot(model, trained.snapshots, step)
-    folder = cell.cell_dir if step == cell.last else cell.cell_dir / checkpoint_path(step)
-    attacks = [a for a in spec.attacks if a.name in stage.runs]
-    adaptation_hash = _adaptation_hash(cell, folder, stage.saves)
-    identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
-    target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, trained.contexts)
-    found = evaluate(target, cell.parts, attacks, _how(cell, folder, step, stage, earlier))
-    spent = None if trained.epsilon_at is None else trained.epsilon_at(step)
-    violations = dp_violations(found.metrics, spent)
-    record = checkpoint_record(
-        epoch=epoch,
-        step=step,
-        best=step == cell.best,
-        path=str(folder.relative_to(cell.cell_dir)),
-        utility_loss=cell.utilities[step],
-        adaptation_hash=adaptation_hash,
-        attacks=[a.name for a in attacks],
-        views=found.views,
-        extraction=found.extraction,
-        **({} if spent is None else {"epsilon": spent, "dp_violations": violations}),
-        **({"elsewhere": found.elsewhere} if found.elsewhere else {}),
-    )  # fmt: skip
-    return record, Checkpoint(step, adaptation_hash, folder / "signals.parquet")
-
-
-def _adaptation_hash(cell: CellAudit, folder: Path, saves: bool) -> str:
-    """The checkpoint's adaptation written to ``folder`` (in-context learning's demonstrations, or the
-    adapter where the plan saves one) and its hash. Untrained, a technique that starts as the base is the
-    base's function (the stage's ``as_base``): it saves nothing, and attacks that read only signals take
-    the base's, which the split shares."""
-    from ..adaptations.icl import write_demonstrations
-
-    trained = cell.trained
-    if trained.demonstrations is not None:
-        return write_demonstrations(trained.demonstrations, folder)
-    if not saves:
-        return "none"
-    cell.clock("save", lambda: trained.spec.technique().save(trained.model, folder / "adapter"))
-    return directory_hash(folder / "adapter")
-
-
-def _how(cell: CellAudit, folder: Path, step: int, stage: Any, earlier: tuple[Any, ...]) -> Any:
-    """How :func:`~privauditor.tasks.cell.evaluate.evaluate` works at the checkpoint at ``step``: its
-    views kept in the cell's folder, a view that adapts a model of its own started out of the process
-    where the cell lends one (``env.run_view``) and the adapter is saved, PII inference at the last."""
-    from ..datasets import pii_patterns
-    from .evaluate import Evaluate
-    from .view_job import elsewhere
-
-    trained, env = cell.trained, cell.env
-    spec, split = trained.spec, trained.split
-    saved = env.run_view is not None and spec.technique().trains and trained.demonstrations is None
-    return Evaluate(
-        out_dir=folder, shared=cell.shared, max_length=spec.train.max_length, reference=cell.reference,
-        batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
-        clock=cell.clock, map_jobs=env.map_jobs, views_dir=cell.cell_dir, recipe=cell.recipe,
-        elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved else None,
-        delta=cell.delta,
-        repeated=split.repeats(),
-        earlier=earlier,
-        pii=pii_patterns(spec.dataset),
-        canaries=(split.canaries, spec.split.canaries) if spec.split.canaries and not trained.contexts else None,
-        pii_candidates=spec.score.pii_candidates if step == cell.last else None,
-        skipped=stage.skipped,
-    )  # fmt: skip
-
-
-def _delta(spec: CellSpec, split: Any) -> float:
-    """The δ of the empirical lower bound on ε: the defence's own, else the default for the records trained."""
-    from ..defences import default_delta
-
-    defence = spec.defence_plugin()
-    return (defence.delta(spec.defence_params) if defence else None) or default_delta(
-        len(split.members) + len(split.known_members)
-    )
-
-
-def _utilities(trained: Trained, clock: _Clock) -> dict[int, float]:
-    """Each snapshot's validation NLL per token, by step (in-context learning's read in its contexts)."""
-    from ..passes.scorer import Scorer
-    from ..training.loop import validation_loss
-    from ..training.snapshots import load_snapshot
-
-    spec, model, loaded, split, contexts = (
-        trained.spec,
-        trained.model,
-        trained.loaded,
-        trained.split,
-        trained.contexts,
-    )
-    max_length = spec.train.max_length
-
-    def utility() -> float:
-        if contexts:  # per token, as validation_loss
-            scorer = Scorer(model, loaded.tokenizer, loaded.seq2seq, None, contexts)
-            stats = scorer.score(split.validation, max_length, spec.score.batch_size, moments=False)
-            return -float(sum(s.logp.sum(dtype="float64") for s in stats)) / max(
-                1, sum(len(s.logp) for s in stats)
-            )
-        return validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
-
-    utilities = {}
-    for _, step in trained.checkpoints:
-        load_snapshot(model, trained.snapshots, step)
-        utilities[step] = clock("utility", utility)
-    return utilities
-
-
-def dp_violations(metrics: dict[str, Any], spent: float | None) -> list[str]:
-    """The attacks whose empirical lower bound on ε exceeds the ε a DP run claims to have spent: each one is
-    a bug in the DP training or its accounting (the bound holds with 95 % confidence), logged loudly."""
-    if spent is None:
-        return []
-    found = sorted(a for a, m in metrics.items() if (m.get("eps_lower") or 0.0) > spent)
-    for attack in found:
-        log.error(
-            "DP VIOLATION: %s's empirical lower bound eps >= %.3f exceeds the %.3f this run claims to have spent",
-            attack, metrics[attack]["eps_lower"], spent,
-        )  # fmt: skip
-    return found
 
 
 def check_context(max_length: int, virtual: int, loaded: Any, name: str, demonstrations: int = 0) -> None:

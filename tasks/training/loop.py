@@ -19,7 +19,7 @@ utility, which the validation NLL of every checkpoint shows.
 Example::
 
     result = train(model, tokenizer, split.members, TrainConfig(lr=1e-3, epochs=2), seq2seq=False)
-    print(result.loss_first_epoch, result.loss_last_epoch, validation_loss(model, tokenizer, split.validation, 128, False))
+    print(result.loss_first_epoch, result.loss_last_epoch, utility.validation_loss(model, tokenizer, split.validation, 128, False))
 """
 
 from __future__ import annotations
@@ -378,29 +378,3 @@ def _batches(epoch: int, n: int, size: int, generator: torch.Generator, sampler:
         return sampler(epoch)
     order = torch.randperm(n, generator=generator).tolist()
     return [order[s : s + size] for s in range(0, n, size)]
-
-
-@torch.inference_mode()
-def validation_loss(
-    model: Any,
-    tokenizer: Any,
-    examples: Sequence[Example],
-    max_length: int,
-    seq2seq: bool,
-    batch_size: int = 16,
-) -> float:
-    """Utility: mean per-token NLL (nats) of the model on the examples' target tokens (at the model's
-    precision)."""
-    from ..infra.precision import autocast
-
-    model.eval()
-    device = next(model.parameters()).device
-    data = encode(tokenizer, examples, max_length, seq2seq)
-    total = tokens = 0.0
-    for start in range(0, len(data), batch_size):
-        batch = collate(data[start : start + batch_size], tokenizer.pad_token_id, seq2seq)
-        n = predicted_tokens(batch["labels"], seq2seq)
-        with autocast(model):
-            total += model(**{k: v.to(device) for k, v in batch.items()}).loss.item() * n
-        tokens += n
-    return total / max(1, tokens)

@@ -1,0 +1,229 @@
+"""A cell's trained snapshots audited in turn: each checkpoint's views and attacks, its utility (mean
+validation NLL), its adaptation hash and, under DP, the attacks whose empirical lower bound on epsilon
+exceeds what was spent; and the clock that times a cell's steps."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..infra.progress import Progress
+from ..infra.provenance import directory_hash
+from ..infra.records import CheckpointRecord, checkpoint_record
+from ..infra.results import checkpoint_path
+from ..spec.resolved import CellSpec
+from .environment import CellEnvironment, Clock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trained:
+    """A trained cell to audit: its spec (whose technique it is) and adapted ``model`` (on ``loaded``'s
+    base), its split, the (epoch, step) ``checkpoints`` whose snapshots are in ``snapshots``. In-context
+    learning's ``contexts`` by sample id and the record of its ``demonstrations`` (written in place of
+    ``adapter/``); ``epsilon_at(step)``: the ε a DP run has spent by that step."""
+
+    spec: CellSpec
+    model: Any
+    loaded: Any
+    split: Any
+    checkpoints: list[tuple[float, int]]
+    snapshots: Path
+    contexts: dict[str, str] | None = None
+    demonstrations: dict[str, Any] | None = None
+    epsilon_at: Callable[[int], float] | None = None
+
+
+def audit_checkpoints(
+    trained: Trained, cell_dir: Path, shared: Path, reference: Any, clock: Clock, env: CellEnvironment
+) -> list[CheckpointRecord]:
+    """Score and attack each checkpoint of ``trained``; returns the ``checkpoints`` records of
+    ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the earliest of
+    ties) gets the costly attacks too. An attack whose empirical lower bound on ε exceeds what a DP run
+    has spent is listed under ``dp_violations`` and logged as a bug."""
+    from ..views._base import Recipe
+    from .plan import plan_cell
+
+    spec, split, checkpoints = trained.spec, trained.split, trained.checkpoints
+    recipe = Recipe(spec.model, spec.adaptation, spec.adaptation_params, spec.train.lr, spec.train.batch_size)
+    delta = _delta(spec, split)
+    utilities = _utilities(trained, clock)
+    best = min(utilities, key=lambda s: (utilities[s], s))
+    steps = [step for _, step in checkpoints]
+    plan = plan_cell(spec, best=steps.index(best))
+    cell = CellAudit(
+        trained=trained, cell_dir=cell_dir, shared=shared, reference=reference, clock=clock, env=env,
+        recipe=recipe, delta=delta, utilities=utilities, best=best, last=checkpoints[-1][1],
+        parts={part: getattr(split, part) for part in ("members", "nonmembers", "population", "known_members")},
+    )  # fmt: skip
+    audited: list[CheckpointRecord] = []
+    earlier: list[Any] = []
+    shown = Progress(
+        f"auditing {len(checkpoints)} checkpoints ({len(spec.attacks)} attacks)", len(checkpoints)
+    )
+    for (epoch, step), stage in zip(checkpoints, plan.checkpoints, strict=True):
+        record, checkpoint = _audit_checkpoint(cell, epoch, step, stage, tuple(earlier))
+        audited.append(record)
+        earlier.append(checkpoint)
+        shown.update(1, epoch=epoch)
+    shown.close()
+    return audited
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellAudit:
+    """What the audits of a cell's checkpoints share: the trained cell, its folder and the results
+    folder's ``shared/``, the reference model, what the orchestrator lends (``env``), how the technique
+    adapted (``recipe``), the δ of the empirical ε bound, the split's parts, each snapshot's validation NLL
+    by step, and the steps of the best and the last checkpoints."""
+
+    trained: Trained
+    cell_dir: Path
+    shared: Path
+    reference: Any
+    clock: Clock
+    env: CellEnvironment
+    recipe: Any
+    delta: float
+    parts: dict[str, Any]
+    utilities: dict[int, float]
+    best: int
+    last: int
+
+
+def _audit_checkpoint(
+    cell: CellAudit, epoch: float, step: int, stage: Any, earlier: tuple[Any, ...]
+) -> tuple[CheckpointRecord, Any]:
+    """Score and attack the checkpoint at ``step`` as its ``stage`` of the plan says, after the ``earlier``
+    ones; its ``checkpoints`` record, and the checkpoint as the later ones read it."""
+    from ..passes.scorer import Scorer, identity_of
+    from ..training.snapshots import load_snapshot
+    from ..views._base import Checkpoint
+    from .evaluate import evaluate
+
+    trained, spec = cell.trained, cell.trained.spec
+    model, loaded = trained.model, trained.loaded
+    load_snapshot(model, trained.snapshots, step)
+    folder = cell.cell_dir if step == cell.last else cell.cell_dir / checkpoint_path(step)
+    attacks = [a for a in spec.attacks if a.name in stage.runs]
+    adaptation_hash = _adaptation_hash(cell, folder, stage.saves)
+    identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
+    target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, trained.contexts)
+    found = evaluate(target, cell.parts, attacks, _how(cell, folder, step, stage, earlier))
+    spent = None if trained.epsilon_at is None else trained.epsilon_at(step)
+    violations = dp_violations(found.metrics, spent)
+    record = checkpoint_record(
+        epoch=epoch,
+        step=step,
+        best=step == cell.best,
+        path=str(folder.relative_to(cell.cell_dir)),
+        utility_loss=cell.utilities[step],
+        adaptation_hash=adaptation_hash,
+        attacks=[a.name for a in attacks],
+        views=found.views,
+        extraction=found.extraction,
+        **({} if spent is None else {"epsilon": spent, "dp_violations": violations}),
+        **({"elsewhere": found.elsewhere} if found.elsewhere else {}),
+    )  # fmt: skip
+    return record, Checkpoint(step, adaptation_hash, folder / "signals.parquet")
+
+
+def _adaptation_hash(cell: CellAudit, folder: Path, saves: bool) -> str:
+    """The checkpoint's adaptation written to ``folder`` (in-context learning's demonstrations, or the
+    adapter where the plan saves one) and its hash. Untrained, a technique that starts as the base is the
+    base's function (the stage's ``as_base``): it saves nothing, and attacks that read only signals take
+    the base's, which the split shares."""
+    from ..adaptations.icl import write_demonstrations
+
+    trained = cell.trained
+    if trained.demonstrations is not None:
+        return write_demonstrations(trained.demonstrations, folder)
+    if not saves:
+        return "none"
+    cell.clock("save", lambda: trained.spec.technique().save(trained.model, folder / "adapter"))
+    return directory_hash(folder / "adapter")
+
+
+def _how(cell: CellAudit, folder: Path, step: int, stage: Any, earlier: tuple[Any, ...]) -> Any:
+    """How :func:`~privauditor.tasks.cell.evaluate.evaluate` works at the checkpoint at ``step``: its
+    views kept in the cell's folder, a view that adapts a model of its own started out of the process
+    where the cell lends one (``env.run_view``) and the adapter is saved, PII inference at the last."""
+    from ..datasets import pii_patterns
+    from .evaluate import Evaluate
+    from .view_job import elsewhere
+
+    trained, env = cell.trained, cell.env
+    spec, split = trained.spec, trained.split
+    saved = env.run_view is not None and spec.technique().trains and trained.demonstrations is None
+    return Evaluate(
+        out_dir=folder, shared=cell.shared, max_length=spec.train.max_length, reference=cell.reference,
+        batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
+        clock=cell.clock, map_jobs=env.map_jobs, views_dir=cell.cell_dir, recipe=cell.recipe,
+        elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved and env.run_view else None,
+        delta=cell.delta,
+        repeated=split.repeats(),
+        earlier=earlier,
+        pii=pii_patterns(spec.dataset),
+        canaries=(split.canaries, spec.split.canaries) if spec.split.canaries and not trained.contexts else None,
+        pii_candidates=spec.score.pii_candidates if step == cell.last else None,
+        skipped=stage.skipped,
+    )  # fmt: skip
+
+
+def _delta(spec: CellSpec, split: Any) -> float:
+    """The δ of the empirical lower bound on ε: the defence's own, else the default for the records trained."""
+    from ..defences import default_delta
+
+    defence = spec.defence_plugin()
+    return (defence.delta(spec.defence_params) if defence else None) or default_delta(
+        len(split.members) + len(split.known_members)
+    )
+
+
+def _utilities(trained: Trained, clock: Clock) -> dict[int, float]:
+    """Each snapshot's validation NLL per token, by step (in-context learning's read in its contexts)."""
+    from ..passes.scorer import Scorer
+    from ..training.snapshots import load_snapshot
+    from ..training.utility import validation_loss
+
+    spec, model, loaded, split, contexts = (
+        trained.spec,
+        trained.model,
+        trained.loaded,
+        trained.split,
+        trained.contexts,
+    )
+    max_length = spec.train.max_length
+
+    def utility() -> float:
+        if contexts:  # per token, as validation_loss
+            scorer = Scorer(model, loaded.tokenizer, loaded.seq2seq, None, contexts)  # type: ignore[arg-type]  # no view stored: no identity
+            stats = scorer.score(split.validation, max_length, spec.score.batch_size, moments=False)
+            return -float(sum(s.logp.sum(dtype="float64") for s in stats)) / max(
+                1, sum(len(s.logp) for s in stats)
+            )
+        return validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
+
+    utilities = {}
+    for _, step in trained.checkpoints:
+        load_snapshot(model, trained.snapshots, step)
+        utilities[step] = clock("utility", utility)
+    return utilities
+
+
+def dp_violations(metrics: dict[str, Any], spent: float | None) -> list[str]:
+    """The attacks whose empirical lower bound on ε exceeds the ε a DP run claims to have spent: each one is
+    a bug in the DP training or its accounting (the bound holds with 95 % confidence), logged loudly."""
+    if spent is None:
+        return []
+    found = sorted(a for a, m in metrics.items() if (m.get("eps_lower") or 0.0) > spent)
+    for attack in found:
+        log.error(
+            "DP VIOLATION: %s's empirical lower bound eps >= %.3f exceeds the %.3f this run claims to have spent",
+            attack, metrics[attack]["eps_lower"], spent,
+        )  # fmt: skip
+    return found
