@@ -51,6 +51,7 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     render: str | None = None,
     limit: int | None = None,
     skip_bad: bool = False,
+    baseline: bool = True,
 ) -> AuditResult:
     """Attack ``model`` (a Hugging Face id, a local checkpoint or a registered base; with ``adapter`` on
     top) on its ``members`` and ``nonmembers`` files and return the scores with the verdict
@@ -61,7 +62,9 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     reconstruction the audit measures (docs/extraction.md). ``render="text"`` scores every record as one
     whole text, whatever its form (files of different forms are refused otherwise); ``limit`` reads the first
     N records of each file (:func:`audit_preview` shows how they render, scoring nothing); a file with
-    records that cannot be read (malformed, empty, too long, repeated) is refused unless ``skip_bad``."""
+    records that cannot be read (malformed, empty, too long, repeated) is refused unless ``skip_bad``.
+    ``baseline``: also attack the un-adapted base (the reference) on the same files, where there is one
+    (an adapter's base or ``reference``): the verdict's baseline; False halves such an audit's time."""
     from .tasks.audit.run import run_audit
     from .tasks.audit.verdict import verdict
 
@@ -70,7 +73,7 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     config, options = _prepared(
         model, members, settings=settings, adapter=adapter, reference=reference, revision=revision, dtype=dtype,
         chat_scored=chat_scored, text_column=text_column, pii=pii, render=render, limit=limit,
-        skip_bad=skip_bad,
+        skip_bad=skip_bad, baseline=baseline,
     )  # fmt: skip
     outcome = run_audit(model, str(members), str(nonmembers), Path(out), config, options)
     verdict(outcome.path, nonmembers_from)

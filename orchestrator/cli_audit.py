@@ -52,6 +52,7 @@ def summary(result: Any, code: int) -> dict[str, Any]:
     return {
         "cell_id": result.cell_id, "finding": result.finding, "exit_code": code, "path": str(result.path),
         "skipped": result.skipped, "detectable_auc": verdict["detectable_auc"], "shift": verdict["shift"],
+        "baseline": verdict.get("baseline"),
         "attacks": {name: {k: m.get(k) for k in keys} | verdict["attacks"].get(name, {})
                     for name, m in sorted(result.metrics.items()) if "auc" in m},
         "conclusion": result.conclusion, "warnings": result.warnings,
@@ -101,7 +102,7 @@ def _run_audit(args: argparse.Namespace, keep: bool = False) -> Any:
         "adapter": args.adapter, "reference": args.reference, "settings": args.set or [],
         "revision": args.revision, "dtype": args.dtype, "chat_scored": args.chat_scored,
         "text_column": args.text_column, "pii": dict(args.pii or []), "render": args.render, "limit": args.limit,
-        "skip_bad": args.skip_bad_records,
+        "skip_bad": args.skip_bad_records, "baseline": not args.no_baseline,
     }  # fmt: skip
     if args.dry_run:
         preview = privauditor.audit_preview(args.model, args.members, args.nonmembers, **options)
@@ -117,6 +118,10 @@ def _run_audit(args: argparse.Namespace, keep: bool = False) -> Any:
     print(f"verdict: {result.finding.upper()}")
     for line in result.conclusion:
         print(f"  {line}")
+    words = (result.verdict.get("shift") or {}).get("words") if result.finding == "shift" else None
+    if words:  # from the user's own files: printed here, never written into a report
+        print("  words held by different shares of the files (members / non-members): "
+              + ", ".join(f"{w['word']!r} {w['members']:.0%} / {w['nonmembers']:.0%}" for w in words))  # fmt: skip
     png = roc_png(result.metrics, Results(out).roc_image(result.cell_id), result.cell_id)
     build(out)
     print(f"ROC (log-log): {png}")
@@ -212,6 +217,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="audit the rest of a file some of whose records are malformed, empty, too long or repeated "
         "(refused otherwise, naming them by line)",
+    )
+    audit.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="do not also attack the un-adapted base (the adapter's base, or --reference) on the same files; "
+        "halves the time of an audit with one",
     )
     audit.add_argument(
         "--dry-run",

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from privauditor.tasks.attacks import ATTACKS
+from privauditor.tasks.infra.cache import stable_hash
 from privauditor.tasks.models import PROFILES, PretrainProfile, active_profile, weights_identity
 from privauditor.tasks.spec.config import cell_config
 from privauditor.tasks.spec.resolved import UNKNOWN_HASH, CellSpec
@@ -40,6 +41,17 @@ def test_editing_one_record_of_a_local_dataset_file_changes_the_cell_id(tmp_path
     records(path, 20)
     assert edited != first and cell_id(settings) == first  # the content decides, not the file's name or time
     assert cell_config(settings, SMALL).resolve().data.startswith("sha256:")
+
+
+def test_a_local_dataset_file_is_named_by_its_file_name_so_its_cells_match_from_any_folder(tmp_path):
+    """The same records at two paths: one cell id, naming the file and never the folders it sat in."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    here, there = records(tmp_path / "a" / "mine.jsonl", 20), records(tmp_path / "b" / "mine.jsonl", 20)
+    first, second = cell_id(BASE | {"dataset": here}), cell_id(BASE | {"dataset": there})
+    assert first == second and first.split("__")[2] == "mine.jsonl" and tmp_path.name not in first
+    spec = cell_config(BASE, SMALL).resolve()  # a registered name is itself: the id hashes the spec as it is
+    assert spec.cell_id().endswith("__finance__s0__" + stable_hash(spec.to_dict(), 8))
 
 
 def test_switching_the_pretraining_profile_changes_the_cell_id(monkeypatch):

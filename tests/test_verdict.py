@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import mannwhitneyu
 
+import privauditor
 from privauditor.orchestrator.cli import main
 from privauditor.tasks.audit.verdict import attack_tests, conclusion, detectable_auc
 from privauditor.tasks.cell.run import run_cell
@@ -91,9 +92,17 @@ def test_files_from_two_templates_get_the_shift_verdict_on_an_unadapted_base(tmp
     printed = capsys.readouterr().out
     assert "verdict: SHIFT" in printed and "measure that shift, not leakage" in printed
     assert "collected after training" in printed
+    assert "What separates them: format: digit share (members lower" in printed  # the ids, the day numbers
+    assert "length: words (members higher: AUC 1.000" in printed
+    assert "vocabulary: 9 of 18 common words held by different shares" in printed  # the names are shared
+    assert "'admitted' 100% / 0%" in printed  # the words: printed, and in verdict.json, never in a sentence
     (audit_dir,) = (out / "cells").glob("audit__*")
     found = json.loads((audit_dir / "verdict.json").read_text())
     assert found["shift"]["detected"] and found["shift"]["p_value"] < 0.05
+    assert {w["word"] for w in found["shift"]["words"]} >= {"patient", "customer", "invoice"}
+    assert not {"patient", "customer", "invoice", "admitted"} & set(
+        " ".join(found["conclusion"]).lower().split()
+    )
     assert set(found["attacks"]) == {"loss", "zlib", "min_k"}  # the control is not in the family
     metrics = json.loads((audit_dir / "metrics.json").read_text())
     for name, test in found["attacks"].items():
@@ -173,6 +182,30 @@ def test_fail_on_leakage_exits_3_on_the_leaking_model_and_0_on_its_base_with_one
     assert len(found["attacks"]["loss"]["tpr_at_0fp_ci"]) == 2  # with its interval and FPR bound
     assert 0 < found["attacks"]["loss"]["tpr_at_0fp_fpr_bound"] < 1
     assert found["attacks"]["loss"]["p_holm"] < 0.05 and "verdict: LEAKAGE" in printed.err
+    # the un-adapted base on the same files: it never saw them, so it does not tell them apart
+    baseline = found["baseline"]
+    assert baseline["model"] == "tiny-gpt2" and set(baseline["attacks"]) == {"loss", "zlib", "min_k"}
+    assert abs(baseline["attacks"]["loss"]["auc"] - 0.5) < 0.25 < found["attacks"]["loss"]["auc"] - 0.5
+    assert "Baseline: the un-adapted base (tiny-gpt2)" in printed.err
+    (audited,) = privauditor.load_results(
+        leaking[0] / "leaks"
+    ).audits  # the report's column, beside each attack
+    assert "split" not in audited.record["config"]  # an audit draws none: no defaults that did not apply
+    (page,) = audited.report(pdf=False)
+    text = page.read_text()
+    assert "<th>baseline AUC [95 % CI]</th>" in text and "the un-adapted base, tiny-gpt2," in text
+    low, high = baseline["attacks"]["loss"]["auc_ci"]
+    assert f"{baseline['attacks']['loss']['auc']:.3f} [{low:.3f}, {high:.3f}]" in text
     assert audit_of(leaking, "base", "--fail-on", "any", "--json", adapter=False) == 0
     base = json.loads(capsys.readouterr().out)
     assert base["finding"] == "nothing detected" and base["exit_code"] == 0
+
+
+def test_no_baseline_skips_the_base_s_pass_and_the_audit_says_so(leaking):
+    assert audit_of(leaking, "nobase", "--no-baseline") == 0
+    (audit_dir,) = (leaking[0] / "nobase" / "cells").glob("audit__*")
+    record = json.loads((audit_dir / "cell.json").read_text())
+    assert record["audit"]["baseline"] is None and not (audit_dir / "baseline").exists()
+    assert json.loads((audit_dir / "verdict.json").read_text())["baseline"] is None
+    assert audit_of(leaking, "nobase") == 0  # with the baseline: another audit, beside it
+    assert len(list((leaking[0] / "nobase" / "cells").glob("audit__*"))) == 2

@@ -39,7 +39,7 @@ def finished_cells(results: str | Path, option: str = "") -> list[Finished]:
     """The finished cells of a results folder, with their timings and their best checkpoints (``option``:
     the command-line option that named the folder, for errors)."""
     from privauditor.tasks.infra.results import check_results_format
-    from privauditor.tasks.spec.resolved import CellSpec
+    from privauditor.tasks.spec.resolved import spec_of
 
     named = f"{option} {results}".strip()
     if not Path(results).is_dir():
@@ -50,7 +50,7 @@ def finished_cells(results: str | Path, option: str = "") -> list[Finished]:
     for cell in Results(results).folders():
         record = cell.record()
         best = next((i for i, c in enumerate(record.get("checkpoints", [])) if c.get("best")), None)
-        spec = CellSpec.from_dict(record["config"])
+        spec = spec_of(record)
         cells.append(Finished(spec, record.get("timings", {}), best, record["cell_id"], False))
         runtime = record.get("runtime", {})
         order.append((cell.finished(), runtime.get("ray_node_id"), runtime.get("pid")))

@@ -89,6 +89,15 @@ def _identities(record: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+def _baseline_auc(baseline: dict[str, Any], attack: str) -> str:
+    """The un-adapted base's AUC of ``attack`` with its interval ('-' where the baseline did not run it)."""
+    found = baseline["attacks"].get(attack)
+    if found is None:
+        return "-"
+    low, high = found.get("auc_ci") or (None, None)
+    return f"{found['auc']:.3f}" + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
+
+
 def _control(verdict: dict[str, Any]) -> str:
     shift = verdict["shift"]
     if shift is None:
@@ -99,6 +108,11 @@ def _control(verdict: dict[str, Any]) -> str:
         f"difference between the two files: AUC {shift['auc']:.3f}, label-permutation p = "
         f"{shift['p_value']:.3g} ({shift.get('permutations', '?')} permutations, "
         f"{shift.get('tested', 'every')} records a side tested)."
+        + (
+            f" What separates them: {'; '.join(shift['carried_by'])}."
+            if shift["detected"] and shift.get("carried_by")
+            else ""
+        )
     )
 
 
@@ -290,9 +304,11 @@ def render(result: Any) -> str:
                     *[r["tpr_0fp"]] * bool(zero),
                     r["p"],
                     r["p_holm"],
+                    *([_baseline_auc(verdict["baseline"], r["attack"])] if verdict.get("baseline") else []),
                 ]
                 for r in rows
             ],  # fmt: skip
+            baseline=verdict.get("baseline"),
             roc=roc.read_bytes() if roc.exists() else None,
             control=_control(verdict),
             extraction=_extraction(record),

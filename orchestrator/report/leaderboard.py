@@ -30,7 +30,7 @@ from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.infra.faults import point
 from privauditor.tasks.infra.files import atomic_write
 from privauditor.tasks.infra.results import Results
-from privauditor.tasks.spec.resolved import CellSpec
+from privauditor.tasks.spec.resolved import spec_of
 
 from .formats import fraction_text, markdown_table, tpr_text
 from .row_schema import Row, Source, arrow_schema, columns, row
@@ -45,7 +45,7 @@ def rows(out: Path) -> list[Row]:
     found: list[Row] = []
     for folder in Results(out).folders():
         record = folder.record()
-        spec = CellSpec.from_dict(record["config"])
+        spec = spec_of(record)
         for checkpoint, metrics in folder.checkpoints():
             for attack in sorted(metrics):
                 if "auc" in metrics[attack]:

@@ -31,7 +31,7 @@ from ..infra.records import CellOutcome, CheckpointRecord, cell_record, checkpoi
 from ..infra.results import CellFolder, check_results_dir, claim
 from ..passes.adapted import load_adapted, virtual_tokens
 from ..spec.config import DEFAULT_ATTACKS, CellConfig
-from ..spec.resolved import precision_setting, resolve, slug
+from ..spec.resolved import label, precision_setting, resolve, slug
 from .inputs import check_inputs, one_form, read_records
 
 #: an audit's attacks unless ``--set attacks=[...]``: a cell's defaults and the model-free control, which
@@ -83,6 +83,7 @@ class AuditOptions:
     render: str | None = None  # "text": every record scored as one whole text, whatever its form
     limit: int | None = None  # only the first N records of each file
     skip_bad: bool = False  # audit the rest of a file some of whose records cannot be read
+    baseline: bool = True  # also attack the un-adapted base (the reference) on the same files
 
 
 def run_audit(
@@ -195,11 +196,13 @@ def _load_target(inputs: AuditInputs, options: AuditOptions) -> AuditTarget:
 
 @dataclass(frozen=True, kw_only=True)
 class Measured:
-    """What the audit measured: its one checkpoint's record, the reference model's name (None without one)
-    and when the measuring started (``perf_counter``)."""
+    """What the audit measured: its one checkpoint's record, the reference model's name (None without one),
+    the baseline's AUCs by attack (the reference attacked as the target, None when it was not) and when the
+    measuring started (``perf_counter``)."""
 
     checkpoint: CheckpointRecord
     reference: str | None
+    baseline: dict[str, float] | None
     started: float
 
 
@@ -229,12 +232,35 @@ def _measure(
         pii=dict(options.pii), pii_candidates=spec.score.pii_candidates, skipped=skipped,
     )  # fmt: skip
     found = evaluate(scorer, parts, spec.attacks, how)
+    baseline = _baseline(ref, parts, spec.attacks, how) if ref is not None and options.baseline else None
     utility = validation_loss(loaded.model, loaded.tokenizer, parts["nonmembers"], max_length, loaded.seq2seq)
     checkpoint = checkpoint_record(  # one, of unknown training epoch
         epoch=None, step=None, best=None, path=".", utility_loss=utility, adaptation_hash=inputs.adapter_hash,
         attacks=[a.name for a in spec.attacks], views=found.views, extraction=found.extraction,
     )  # fmt: skip
-    return Measured(checkpoint=checkpoint, reference=base_name, started=started)
+    return Measured(checkpoint=checkpoint, reference=base_name, baseline=baseline, started=started)
+
+
+#: where an audit keeps its baseline's outputs (the cell contract's files), inside its own folder
+BASELINE = "baseline"
+
+
+def _baseline(ref: Any, parts: dict[str, list[Any]], attacks: Any, how: Any) -> dict[str, float]:
+    """The reference (the un-adapted base, or ``--reference``) attacked as the target on the same files, into
+    the audit's ``baseline/`` folder: what the files show before any adaptation. Attacks that read a
+    reference (it would be itself) and model-free ones (the same as the audit's) are skipped; the AUC of
+    each attack that ran, by name."""
+    from ..attacks import ATTACKS
+    from ..cell.evaluate import evaluate
+
+    skipped = skipped_attacks(attacks, Facts(reference=False, recipe=False)) | {
+        a.name: "model-free: the same as the audit's"
+        for a in attacks
+        if ATTACKS.get(a.name).access == "model-free"
+    }
+    how = dataclasses.replace(how, out_dir=how.out_dir / BASELINE, reference=None, skipped=skipped, pii={})
+    metrics = evaluate(ref.load(), parts, attacks, how).metrics
+    return {name: m["auc"] for name, m in metrics.items() if "auc" in m}
 
 
 def _record(
@@ -242,9 +268,11 @@ def _record(
 ) -> dict[str, Any]:
     """The audit's ``cell.json`` record: the cell's fields, the audited files and model in ``audit``."""
     files, parts = inputs.files, target.parts
+    # no split was drawn (the two files are in ``audit``), so none is recorded: ``spec_of`` reads it
+    config = {k: v for k, v in inputs.spec.to_dict().items() if k not in ("split", "split_version")}
     return cell_record(
         cell_id=inputs.audit_id,
-        config=inputs.spec.to_dict()
+        config=config
         | {"model": files.model, "adaptation": target.technique, "dataset": Path(files.members).name},
         provenance={"adaptation_hash": inputs.adapter_hash, "texts": inputs.texts},
         checkpoints=[measured.checkpoint],
@@ -254,7 +282,7 @@ def _record(
         n_members=len(parts["members"]),
         n_nonmembers=len(parts["nonmembers"]),
         timings={"total": round(time.perf_counter() - measured.started, 3)},
-        audit=_about(inputs, target, measured.reference, options),
+        audit=_about(inputs, target, measured, options),
         loss_receipts=target.receipts,  # the members' coverage by a training loss at this max_length
         versions=versions(),
     )
@@ -289,16 +317,24 @@ def _audit_id(
 ) -> str:
     """``audit__<model>__<adapter>__<hash>``, identified by the files' content (``texts``), never by their
     paths: the same files audit alike from anywhere."""
-    key = [model, adapter_hash, options.reference, texts, spec.to_dict() | {"dataset": None}]
+    key = [
+        label(model),
+        adapter_hash,
+        options.reference,
+        texts,
+        spec.to_dict() | {"dataset": None, "model": label(model)},
+    ]
     if options.revision or options.dtype or chats:  # what changes the weights or the scored text, when set
         key.append(
             {"revision": options.revision, "dtype": options.dtype}
             | ({"chat_scored": options.chat_scored} if chats else {})
         )
+    if not options.baseline:  # what it writes
+        key.append({"baseline": False})
     if options.pii:  # what it looks for changes what it writes
         key.append({"pii": [list(field) for field in options.pii]})
     adapter = Path(options.adapter).name if options.adapter else "checkpoint"
-    return "__".join(["audit", slug(model), slug(adapter), stable_hash(key, 8)])
+    return "__".join(["audit", slug(label(model)), slug(adapter), stable_hash(key, 8)])
 
 
 def _reference(
@@ -318,10 +354,19 @@ def _reference(
 
 
 def _about(
-    inputs: AuditInputs, target: AuditTarget, base_name: str | None, options: AuditOptions
+    inputs: AuditInputs, target: AuditTarget, measured: Measured, options: AuditOptions
 ) -> dict[str, Any]:
-    """``cell.json``'s ``audit``: the model, adapter, reference and files audited, and what was weak."""
-    files, parts = inputs.files, target.parts
+    """``cell.json``'s ``audit``: the model, adapter, reference and files audited, what was weak, the simple
+    features that tell the files apart (``features.py``) and the baseline (the reference attacked alone)."""
+    from .features import shift_features
+
+    files, parts, base_name = inputs.files, target.parts, measured.reference
+    texts = {part: [e.text for e in parts[part]] for part in ("members", "nonmembers")}
+    baseline = (
+        None
+        if measured.baseline is None
+        else {"model": base_name, "path": BASELINE, "auc": measured.baseline}
+    )
     return {
         "model": files.model,
         "revision": inputs.model_spec.revision,
@@ -338,6 +383,8 @@ def _about(
         "chat": {"template": template_of(target.loaded.tokenizer), "scored": options.chat_scored}
         if inputs.chats
         else None,
+        "features": shift_features(texts["members"], texts["nonmembers"]),
+        "baseline": baseline,
     }
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from ..infra.files import write_json
 from ..infra.results import CellFolder
+from .features import carriers
 
 ALPHA = 0.05
 POWER = 0.8
@@ -100,6 +101,18 @@ def shift_of(audit_dir: Path, record: Mapping[str, Any]) -> dict[str, Any] | Non
     return json.loads(metadata[METADATA])
 
 
+def baseline_of(audit_dir: Path, about: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The baseline (the un-adapted base attacked on the same files: ``audit/run.py``): its model and each
+    attack's AUC with its interval; None where the audit ran none."""
+    if not about:
+        return None
+    metrics = json.loads((Path(audit_dir) / about["path"] / "metrics.json").read_text())
+    attacks = {
+        name: {"auc": m["auc"], "auc_ci": m.get("auc_ci")} for name, m in metrics.items() if "auc" in m
+    }
+    return {"model": about["model"], "attacks": attacks}
+
+
 def verdict(audit_dir: Path, nonmembers_from: str | None = None, write: bool = True) -> dict[str, Any]:
     """The audit's verdict from its scores and controls (see the module doc); also written as
     ``verdict.json`` in the audit's folder unless ``write`` is false."""
@@ -118,6 +131,10 @@ def verdict(audit_dir: Path, nonmembers_from: str | None = None, write: bool = T
             scores[attack][1].append(score)
     tests = attack_tests({k: (np.array(m), np.array(s)) for k, (m, s) in scores.items()})
     shift = shift_of(audit_dir, record)
+    about = record.get("audit") or {}
+    if shift is not None and about.get("features"):  # what tells the files apart, for a shift found
+        shift["carried_by"] = carriers(about["features"])
+        shift["words"] = about["features"]["words"]
     found = {
         "attacks": tests,
         "leakage": any(t["p_holm"] < ALPHA for t in tests.values()),
@@ -125,6 +142,7 @@ def verdict(audit_dir: Path, nonmembers_from: str | None = None, write: bool = T
         "shift": None if shift is None else shift | {"detected": shift["p_value"] < ALPHA},
         "detectable_auc": detectable_auc(record["n_members"], record["n_nonmembers"], len(tests)),
         "nonmembers_from": nonmembers_from,
+        "baseline": baseline_of(audit_dir, about.get("baseline")),
     }
     found["conclusion"] = conclusion(found)
     if write:
@@ -142,6 +160,7 @@ def conclusion(found: dict[str, Any]) -> list[str]:
             f"{shift['auc']:.3f}, permutation p = {shift['p_value']:.3g}). The attacks' AUCs then measure "
             "that shift, not leakage (Das et al. 2024): no leakage verdict is possible on these files."
         )
+        lines.append(_carried(shift))
     elif not tests:
         lines.append("No attack ran (each was skipped: see the table), so there is no leakage verdict.")
     elif found.get("reversed"):
@@ -168,6 +187,8 @@ def conclusion(found: dict[str, Any]) -> list[str]:
             f"No leakage detected by {len(tests)} attacks at these sizes: an attack would need {could} to be "
             "found with 80 % power. This bounds what the audit could see; it is not evidence of privacy."
         )
+    if found.get("baseline") and tests:
+        lines.append(_against_baseline(tests, found["baseline"]))
     if shift is None:
         lines.append("The blind control did not run: a shift between the files could not be ruled out.")
     elif not shift["detected"]:
@@ -188,3 +209,36 @@ def conclusion(found: dict[str, Any]) -> list[str]:
             "non-members held out at random before training make these AUCs interpretable."
         )
     return lines
+
+
+def _carried(shift: Mapping[str, Any]) -> str:
+    """Which simple features tell the files apart (``features.py``), as one sentence."""
+    if "carried_by" not in shift:
+        return "Which features tell the files apart was not recorded."
+    if not shift["carried_by"]:
+        return (
+            "No single simple feature (length, format, a common word) separates them on its own: the "
+            "difference lies in combinations of n-grams the control reads together."
+        )
+    return "What separates them: " + "; ".join(shift["carried_by"]) + "."
+
+
+def _against_baseline(tests: Mapping[str, Mapping[str, float]], baseline: Mapping[str, Any]) -> str:
+    """The audited model's strongest attack against the same attack on the un-adapted base (same files)."""
+    shared = [name for name in tests if name in baseline["attacks"]]
+    if not shared:
+        return f"The un-adapted base ({baseline['model']}) ran none of these attacks: no baseline to compare."
+    name = max(shared, key=lambda n: tests[n]["auc"])
+    base = baseline["attacks"][name]
+    ci = base.get("auc_ci")
+    interval = "" if ci is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+    line = (
+        f"Baseline: the un-adapted base ({baseline['model']}) on the same files has {name} AUC "
+        f"{base['auc']:.3f}{interval} where the audited model has {tests[name]['auc']:.3f}"
+    )
+    if ci is not None and (ci[0] > 0.5 or ci[1] < 0.5):
+        return line + (
+            ": the base already tells the files apart, so part of what the attacks see predates the adaptation "
+            "(these records in its pre-training, or a difference between the files)."
+        )
+    return line + ": the base does not tell the files apart, so the difference is what the adaptation added."

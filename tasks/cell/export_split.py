@@ -12,7 +12,7 @@ from ..datasets import load_dataset
 from ..infra.errors import PrivauditorError
 from ..infra.files import write_text
 from ..infra.results import CellFolder, Results
-from ..spec.resolved import CellSpec
+from ..spec.resolved import spec_of
 
 
 def export_split(results: str | Path, cell_id: str, to: str | Path) -> dict[str, Path]:
@@ -25,7 +25,7 @@ def export_split(results: str | Path, cell_id: str, to: str | Path) -> dict[str,
         raise PrivauditorError(
             f"{cell_id} is an audit: its members and non-members are the files it was given"
         )
-    spec = CellSpec.from_dict(record["config"])
+    spec = spec_of(record)
     split = draw_split(load_dataset(spec.dataset), spec.split, spec.seed)
     if split.hashes() != record["provenance"]["split"]:
         raise PrivauditorError(

@@ -35,7 +35,7 @@ from ..infra.records import CellOutcome, CheckpointRecord, cell_record
 from ..infra.results import RESULTS_FORMAT, CellFolder
 from ..passes.counting import install_from_env
 from ..spec.config import CellConfig
-from ..spec.resolved import CellSpec, slug
+from ..spec.resolved import CellSpec, label, slug
 from .checkpoints import Trained, audit_checkpoints
 from .environment import IN_PROCESS, CellEnvironment, Clock
 from .training import train_cell
@@ -233,7 +233,7 @@ def reference_for(spec: CellSpec, loaded: Any, base_identity: Any, trains: bool 
 def shared_split(shared: Path, spec: CellSpec, split: Any) -> Path:
     """Write the split's ids once under ``shared/splits/`` (what every cell of the split trained on)."""
     hashes = split.hashes()
-    path = shared / "splits" / f"{slug(spec.dataset)}__s{spec.seed}__{hashes['split'][:8]}.json"
+    path = shared / "splits" / f"{slug(label(spec.dataset))}__s{spec.seed}__{hashes['split'][:8]}.json"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, {"hashes": hashes, **split.ids()})

@@ -24,7 +24,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -157,8 +157,11 @@ class CellSpec:
 
     def cell_id(self) -> str:
         """``<model>__<adaptation>__<dataset>__s<seed>__<8 hex of this spec's hash>``."""
-        parts = [slug(self.model), self.adaptation + self.defence_tag, slug(self.dataset), f"s{self.seed}"]
-        return "__".join([*parts, stable_hash(self.to_dict(), 8) if self.complete else UNKNOWN_HASH])
+        model, dataset = label(self.model), label(self.dataset)
+        parts = [slug(model), self.adaptation + self.defence_tag, slug(dataset), f"s{self.seed}"]
+        # a local path enters as its own name: the content hashes (base, data) identify what it holds
+        named = self.to_dict() | {"model": model, "dataset": dataset}
+        return "__".join([*parts, stable_hash(named, 8) if self.complete else UNKNOWN_HASH])
 
     @property
     def defence_tag(self) -> str:
@@ -212,6 +215,30 @@ class CellSpec:
         from ..infra.strict import build
 
         return build(cls, data, "cell.json config")
+
+
+def spec_of(record: Mapping[str, Any]) -> CellSpec:
+    """The spec of a finished cell's or audit's ``cell.json``. An audit draws no split and records none (its
+    two files are in its ``audit`` section); its spec reads with the default split, which nothing about
+    an audit reads."""
+    from ..data.splits import SPLIT_VERSION
+
+    config = record["config"]
+    if "audit" in record and "split" not in config:
+        config = config | {"split": dataclasses.asdict(SplitConfig()), "split_version": SPLIT_VERSION}
+    return CellSpec.from_dict(config)
+
+
+def label(name: str) -> str:
+    """What an id calls a model or dataset: its name, or a local file's or folder's own name (a path says
+    where the file was on one machine, not what it holds). A registered name or a hub id is itself."""
+    from pathlib import PurePath
+
+    from ..datasets._sources import FILE_SUFFIXES
+
+    if name.startswith((".", "/", "~")) or PurePath(name).suffix.lower() in FILE_SUFFIXES:
+        return PurePath(name).name or name
+    return name
 
 
 def slug(name: str) -> str:
