@@ -12,7 +12,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the ignore list's length (66 when the checker came in); lower it as modules are fixed, never raise it
-IGNORED_AT_MOST = 49
+IGNORED_AT_MOST = 48
 
 
 def ignored() -> list[str]:

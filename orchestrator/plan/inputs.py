@@ -17,6 +17,7 @@ from .work import UNITS
 
 PRICES = Path(__file__).resolve().parents[2] / "clusters" / "prices.yaml"
 GIB = 2**30
+LOCAL = "local"  # the instance of the node type that is this machine (a plan without a cluster file)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def read_cluster(
     if path is None:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
         rates = calibrated or device_rates(prices, "cpu")
-        return [NodeType("this machine", "local", os.cpu_count() or 1, memory, 0, "cpu", 0.0, 0.0, 1, rates)]
+        return [NodeType("this machine", LOCAL, os.cpu_count() or 1, memory, 0, "cpu", 0.0, 0.0, 1, rates)]
     path = Path(path)
     if not path.is_file() and (PRICES.parent / f"{path.name.removesuffix('.yaml')}.yaml").is_file():
         path = PRICES.parent / f"{path.name.removesuffix('.yaml')}.yaml"  # a shipped cluster by name: aws

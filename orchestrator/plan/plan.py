@@ -8,7 +8,9 @@ node type it fills best, and a cell that fits none is named. Shared work (views 
 neighbour texts, the blind control: made once) is charged to the first cell that reads it. Totals: GPU-hours, the
 wall time at the cluster's maximum workers (the longer of the longest cell and the node type's busy
 node-hours spread over its workers: what a full cluster reaches), and the cost at the node types'
-prices plus the head node for the wall time. The price table and cluster file are read in
+prices plus the head node for the wall time. On this machine (no cluster file) the wall time also holds
+the fixed costs of a sweep and of its trials (:func:`fixed_seconds`) and what a first run builds
+(:mod:`~privauditor.orchestrator.plan.builds`). The price table and cluster file are read in
 :mod:`~privauditor.orchestrator.plan.inputs`.
 """
 
@@ -18,10 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .inputs import GIB, NodeType
+from .inputs import GIB, LOCAL, NodeType
 from .memory import memory_parts
 from .work import CellWork, Tokens, Work, cell_work
 
+#: Fixed costs of ``privauditor run`` on this machine (no ``--cluster``) beyond its cells' own work, measured
+#: from ``privauditor run benchmarks/sweeps/smoke.yaml`` on a 2-core machine (docs/planning.md, 2026-12-05):
+SWEEP_S = 16.5  # the command's start to its first trial (imports, cells resolved, Ray and Tune started:
+# 10.5 s) and after its last (leaderboard, findings, W&B's offline files, Ray's shut-down: 6 s)
+WORKER_S = 11.0  # a trial process's first trial beyond its cell's timings (the process's imports of torch,
+# transformers and peft, its attack actor's start); the first load within them is the price table's `process`
+TRIAL_S = 1.2  # every trial beyond its cell's timings (Tune's scheduling, the ROC image, W&B's offline run)
 MISMATCH = "not this kind of node"  # a GPU cell on a CPU node or the reverse: no reason worth a line
 HEADROOM = 0.9  # share of a device's memory a cell may plan to use (the CUDA context, fragmentation)
 
@@ -132,17 +141,38 @@ def _fits(node: NodeType, gpus: float, cpus: float, memory: int) -> str:
     return ""
 
 
-def totals(planned: list[Planned], nodes: list[NodeType], cluster_head: NodeType | None) -> dict[str, float]:
-    """GPU-hours, node-hours' cost, and the wall time at the cluster's maximum workers."""
-    wall = 0.0
+def totals(
+    planned: list[Planned], nodes: list[NodeType], cluster_head: NodeType | None, builds_s: float = 0.0
+) -> dict[str, float]:
+    """GPU-hours, node-hours' cost, and the wall time at the cluster's maximum workers. On this machine
+    the wall time adds the fixed costs (:func:`fixed_seconds`) and ``builds_s``, what a first run builds."""
+    wall, fixed = 0.0, 0.0
     for node in nodes:
         mine = [p for p in planned if p.node is node]
         if mine:
-            busy = sum(p.seconds * _share(node, p.gpus, p.cpus) for p in mine) / max(1, node.max_workers)
-            wall = max(wall, max(p.seconds for p in mine), busy)
+            extra = fixed_seconds(node, mine)
+            fixed += extra["sweep"] + (builds_s if node.instance == LOCAL else 0.0)
+            longest = max(p.seconds for p in mine) + extra["longest"]
+            busy = sum(p.seconds * _share(node, p.gpus, p.cpus) for p in mine) + extra["busy"]
+            wall = max(wall, longest, busy / max(1, node.max_workers))
+    wall += fixed
     usd = sum(p.usd for p in planned) + (wall / 3600 * cluster_head.usd_per_hour if cluster_head else 0.0)
     return {"gpu_hours": sum(p.gpu_hours for p in planned), "wall_s": wall, "usd": usd,
-            "cells": len(planned), "unfit": sum(p.node is None for p in planned)}  # fmt: skip
+            "cells": len(planned), "unfit": sum(p.node is None for p in planned), "fixed_s": fixed}  # fmt: skip
+
+
+def fixed_seconds(node: NodeType, mine: list[Planned]) -> dict[str, float]:
+    """The fixed costs of ``mine``, the cells on ``node``, where it is this machine (0 elsewhere): the
+    sweep's start and end (``sweep``), each trial's (``TRIAL_S``) and each trial process's first trial
+    (``WORKER_S`` and the price table's ``process``: as many processes as trials run at once); in node
+    time (``busy``, each at its cell's share of the node) and on the longest cell (``longest``)."""
+    if node.instance != LOCAL:
+        return {"sweep": 0.0, "busy": 0.0, "longest": 0.0}
+    shares = [_share(node, p.gpus, p.cpus) for p in mine]
+    processes = min(len(mine), max(1, round(1 / max(shares))))  # trials at once: Tune reuses their processes
+    first = WORKER_S + node.rates.get("process", 0.0)
+    busy = sum(TRIAL_S * share for share in shares) + processes * first * max(shares)
+    return {"sweep": SWEEP_S, "busy": busy, "longest": first + TRIAL_S}
 
 
 def within_budget(planned: list[Planned], budget: float) -> tuple[list[Planned], list[Planned]]:

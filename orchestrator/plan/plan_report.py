@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections import Counter
 
 from privauditor.tasks.infra.errors import PrivauditorError
 
 from .. import tables
-from .inputs import GIB, load_prices, read_cluster
-from .plan import Planned, plan_cells, tokens_for, totals, within_budget
+from .builds import build_seconds, builds_line, first_builds
+from .inputs import GIB, NodeType, load_prices, read_cluster
+from .plan import SWEEP_S, TRIAL_S, WORKER_S, Planned, plan_cells, tokens_for, totals, within_budget
 
 TERA = 1e12
 
@@ -72,9 +74,8 @@ def _report(args: argparse.Namespace) -> str:
     for p in planned:
         if p.node is None:
             lines.append(f"fits no node type: {p.spec.cell_id()}: {p.why}")
-    found = totals(planned, nodes, head)
+    lines += _total_lines(planned, nodes, head, local=args.cluster is None)
     measured = sum(p.work.tokens.measured for p in planned)
-    lines.append(_totals_line(found, planned, nodes, head))
     lines.append(f"tokens per record: measured on {measured} of {len(planned)} cells' records; max_length (an upper "
                  "bound) where the records or the tokenizer are not at hand offline")  # fmt: skip
     if budget is not None:
@@ -125,6 +126,28 @@ def _totals_line(found: dict, planned: list[Planned], nodes: list, head) -> str:
     flops = f"{_num(train / 1e15)} PFLOP of training, {_num(scoring / 1e15)} PFLOP of scoring; "
     return (f"total: {flops}{_num(found['gpu_hours'])} GPU-hours, wall time {_duration(found['wall_s'])} at the "
             f"cluster's maximum workers, cost ${found['usd']:.2f}{head_note}; {spread}{unfit}")  # fmt: skip
+
+
+def _total_lines(
+    planned: list[Planned], nodes: list[NodeType], head: NodeType | None, local: bool
+) -> list[str]:
+    """The totals; on this machine (``local``) the fixed costs in its wall time; what a first run builds
+    (in the wall time on this machine, named only for a cluster)."""
+    builds = first_builds([p.spec for p in planned])
+    builds_s = build_seconds(builds, os.cpu_count() or 1)
+    lines = [_totals_line(totals(planned, nodes, head, builds_s if local else 0.0), planned, nodes, head)]
+    if local and planned:
+        lines.append(_fixed_line(nodes[0]))
+    if builds:
+        lines.append(builds_line(builds, builds_s, local))
+    return lines
+
+
+def _fixed_line(node: NodeType) -> str:
+    """What the wall time on this machine holds besides the cells' own work (plan.py's measured constants)."""
+    first = WORKER_S + node.rates.get("process", 0.0)
+    return (f"fixed costs in the wall time on this machine: {SWEEP_S:g} s for the sweep's start and its report, "
+            f"{first:.3g} s for each trial process's first trial, {TRIAL_S:g} s for each trial")  # fmt: skip
 
 
 def _duration(seconds: float) -> str:
