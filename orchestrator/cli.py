@@ -62,12 +62,14 @@ def _cell(args: argparse.Namespace) -> int:
     from privauditor.orchestrator.sweepfile.matrix import check_cell
     from privauditor.tasks.cell.run import CellEnvironment, run_cell
     from privauditor.tasks.defences import get_defence
+    from privauditor.tasks.infra import drain
     from privauditor.tasks.infra.results import CellFolder, Results, checkpoint_results
     from privauditor.tasks.spec.config import cell_config
 
     from .report.plots import roc_png
     from .run.trials import local_launcher
 
+    drain.install()  # SIGTERM (a spot node's notice): training saves its step state and exits 75, to resume
     settings = {
         "model": args.model,
         "adaptation": args.adaptation,
@@ -139,7 +141,7 @@ def _run(args: argparse.Namespace) -> int:
     out = args.out or Path("results") / sweep.name  # a folder, or an object-store URI (s3://, gs://)
     return run_sweep(
         sweep, out, address=args.address, max_concurrent=args.max_concurrent, verbose=args.verbose,
-        add_spec=args.add_spec,
+        add_spec=args.add_spec, cluster=args.cluster,
     )  # fmt: skip
 
 
@@ -308,6 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="results folder (default: results/<sweep name>)")
     run.add_argument("--address", help="Ray cluster address, e.g. auto (default: a local Ray)")
     run.add_argument("--max-concurrent", type=at_least_one, help="at most N cells at once")
+    run.add_argument(
+        "--cluster",
+        help="Ray cluster YAML (or aws, gcp) the sweep runs on: a cell that fits none of its node types "
+        "is refused before Ray starts",
+    )
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell")
     run.add_argument(
         "--add-spec",

@@ -302,7 +302,7 @@ COMMANDS = [
      "instances.m6i.2xlarge.usd_per_hour must be >= 0, not -0.384"),
     ("plan --prices a float GPU count", plan("--prices", prices("gpus: 1, device: A10G", "gpus: 1.5, device: A10G")),
      "instances.g5.2xlarge.gpus must be int, not 1.5"),
-    ("plan --prices device not listed", plan("--prices", prices("device: A10G}", "device: A10}")),
+    ("plan --prices device not listed", plan("--prices", prices("device: A10G,", "device: A10,")),
      "instances.g5.2xlarge.device 'A10' is not under devices"),
     ("plan --prices zero peak FLOP/s", plan("--prices", prices("peak_flops: 70.0e12", "peak_flops: 0")), "devices.A10G.peak_flops must be > 0, not 0"),
     ("plan --prices utilisation over 1", plan("--prices", prices("{forward: 0.3", "{forward: 3")), "utilisation.forward must be a share in (0, 1], not 3"),

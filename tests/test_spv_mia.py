@@ -212,3 +212,6 @@ def test_only_a_cell_with_spv_mia_reserves_a_second_bundle_and_it_asks_for_no_mo
     assert bundles(without, {"CPU": 2.0, "GPU": 1.0}) == ([{"CPU": 2.0, "GPU": 1.0}], "PACK")
     assert bundles(with_spv, {"CPU": 2.0, "GPU": 1.0}) == ([{"CPU": 2.0, "GPU": 0.5}] * 2, "STRICT_PACK")
     assert bundles(with_spv, {"CPU": 1.0}) == ([{"CPU": 1.0}] * 2, "STRICT_PACK")
+    # a node type's custom resource (run.resources) is asked for once: a one-of node can hold the cell
+    placed = bundles(with_spv, {"CPU": 1.0, "gpu_1x": 1.0})
+    assert placed == ([{"CPU": 1.0, "gpu_1x": 1.0}, {"CPU": 1.0}], "STRICT_PACK")

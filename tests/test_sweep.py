@@ -245,3 +245,36 @@ def test_trial_resources_come_from_the_model_spec_unless_the_run_block_sets_them
         "GPU": 0.5,
     }
     assert trial_resources(big, RunSettings(gpus_per_trial=None), True) == {"CPU": 8.0}
+
+
+def test_run_resources_name_custom_resources_per_sweep_model_or_adaptation_and_leave_ids_alone():
+    from privauditor.orchestrator.run.trials import trial_resources
+
+    run = {"resources": {"gpu_1x": 1}, "resources_for": {"prompt": {"gpu_8x": 1}, "tiny-opt": {"big": 2}}}
+    sweep, plain = parse_sweep(BASE | {"run": run}), parse_sweep(BASE)
+    asked = {(c.model, c.adaptation): trial_resources(c, sweep.run, False) for c in sweep.cells}
+    assert asked[("tiny-llama", "lora")] == {"CPU": 1.0, "gpu_1x": 1.0}
+    assert asked[("tiny-opt", "lora")] == {"CPU": 1.0, "big": 2.0}  # the model's
+    assert asked[("tiny-opt", "prompt")] == {"CPU": 1.0, "gpu_8x": 1.0}  # the adaptation's wins
+    assert [c.cell_id() for c in sweep.cells] == [c.cell_id() for c in plain.cells]
+    assert sweep.writer() == plain.writer()  # how cells run is not what they are
+    assert "resources" not in plain.resolved([])["run"]  # an unset setting leaves OUT/sweep.yaml as it was
+    assert sweep.resolved([])["run"]["resources_for"]["prompt"] == {"gpu_8x": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("run", "match"),
+    [
+        ({"resources": {"GPU": 1}}, r"run.resources.GPU: set CPUs and GPUs with run.cpus_per_trial"),
+        ({"resources": {"gpu_1x": 0}}, r"run.resources.gpu_1x must be a number > 0, not 0"),
+        ({"resources": {"gpu_1x": "one"}}, r"run.resources.gpu_1x must be a number"),
+        (
+            {"resources_for": {"lroa": {"x": 1}}},
+            r"model or adaptation in run.resources_for 'lroa'; did you mean 'lora'",
+        ),
+    ],
+)
+def test_bad_run_resources_are_one_line_errors(run, match):
+    with pytest.raises(PrivauditorError, match=match) as error:
+        parse_sweep(BASE | {"run": run})
+    assert "\n" not in str(error.value)

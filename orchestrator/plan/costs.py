@@ -117,14 +117,41 @@ def train_flops(
     )
 
 
-def activation_bytes(shape: Shape, seq: int, batch: int, dtype_bytes: int = 2, source: int = 0) -> int:
-    """Activations a training step keeps for the backward, without recomputation: per layer and token
-    ``34 · hidden`` bytes at 16 bits (Korthikanti et al. 2022, table 2, less the S² attention scores
-    that fused attention kernels such as PyTorch's SDPA do not keep), scaled to ``dtype_bytes``; and the
-    logits with their fp32 log-softmax and its gradient."""
-    per_layer = lambda s: 34 * s * batch * shape.hidden  # noqa: E731
-    layers = shape.layers * per_layer(seq) + shape.encoder_layers * per_layer(source)
-    return int(layers * dtype_bytes / 2 + batch * seq * shape.vocab * (dtype_bytes + 8))
+#: bytes per token and hidden unit a transformer layer keeps for the backward at 16 bits (Korthikanti et
+#: al. 2022, eq. 1, ``sbh(34 + 5as/h)``, less the ``5as/h`` attention scores fused kernels do not keep)
+LAYER_BYTES = 34
+#: what a checkpointed layer keeps instead: its 16-bit input (Korthikanti et al. 2022, section 5, "full
+#: activation recomputation": ``2sbhL`` for the stack)
+BOUNDARY_BYTES = 2
+
+
+def layer_activation_bytes(
+    shape: Shape, seq: int, batch: int, dtype_bytes: int = 2, source: int = 0, checkpointing: bool = False
+) -> int:
+    """The layers' share of :func:`activation_bytes`: every layer's :data:`LAYER_BYTES` per token and
+    hidden unit; with ``checkpointing``, each layer's input (:data:`BOUNDARY_BYTES`) and one layer's
+    activations, recomputed in the backward, the largest of the decoder's and the encoder's (Chen et al.
+    2016, section 3, a checkpoint at every layer boundary). Scaled from 16 bits to ``dtype_bytes``."""
+    tokens = seq * batch * shape.hidden
+    source_tokens = source * batch * shape.hidden
+    if checkpointing:
+        found = BOUNDARY_BYTES * (shape.layers * tokens + shape.encoder_layers * source_tokens)
+        found += LAYER_BYTES * max(tokens, source_tokens if shape.encoder_layers else 0)
+    else:
+        found = LAYER_BYTES * (shape.layers * tokens + shape.encoder_layers * source_tokens)
+    return int(found * dtype_bytes / 2)
+
+
+def activation_bytes(
+    shape: Shape, seq: int, batch: int, dtype_bytes: int = 2, source: int = 0, checkpointing: bool = False
+) -> int:
+    """Activations a training step keeps for the backward: the layers' (:func:`layer_activation_bytes`:
+    per layer and token ``34 · hidden`` bytes at 16 bits, Korthikanti et al. 2022, table 2, less the S²
+    attention scores that fused attention kernels such as PyTorch's SDPA do not keep; with
+    ``checkpointing`` each layer's input and one layer recomputed), scaled to ``dtype_bytes``; and the
+    logits with their fp32 log-softmax and its gradient, which checkpointing leaves as they are."""
+    layers = layer_activation_bytes(shape, seq, batch, dtype_bytes, source, checkpointing)
+    return int(layers + batch * seq * shape.vocab * (dtype_bytes + 8))
 
 
 def zero_state_bytes(

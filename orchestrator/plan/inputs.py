@@ -32,6 +32,7 @@ class NodeType:
     usd_per_hour: float
     max_workers: int
     rates: dict[str, float]  # seconds per unit of work
+    spot: bool = False  # its node_config asks for spot (preemptible) capacity
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Instance:
     memory_gb: float
     gpus: int = 0
     device: str = "cpu"
+    provider: str | None = None  # the cluster provider's ``type`` that offers it (aws, gcp); None: any
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,11 @@ class Device:
 
 #: a price table's keys and what each holds
 PRICE_TABLE = {"as_of": str, "instances": dict[str, Instance], "devices": dict[str, Device],
-               "utilisation": dict[str, float], "gpu_seconds": dict[str, float], "cpu_seconds": dict[str, float]}  # fmt: skip
+               "utilisation": dict[str, float], "gpu_seconds": dict[str, float], "cpu_seconds": dict[str, float],
+               "spot_preemptions_per_hour": float}  # fmt: skip
+OPTIONAL = ("spot_preemptions_per_hour",)  # keys a price table may leave out
+#: expected preemptions of a spot node per node-hour where the price table gives none (its comment: the source)
+SPOT_PREEMPTIONS_PER_HOUR = 0.05
 
 
 def load_prices(path: str | Path | None = None) -> dict[str, Any]:
@@ -78,7 +84,7 @@ def _check_prices(prices: dict[str, Any]) -> None:
     """A one-line error unless every key of the price table is known and holds what it should: figures of
     the right type, sizes and speeds > 0, prices and rates >= 0, shares in (0, 1], known units."""
     for key in PRICE_TABLE:
-        if key not in prices:
+        if key not in prices and key not in OPTIONAL:
             raise PrivauditorError(f"it has no '{key}'")
     for key in prices:
         if key not in PRICE_TABLE:
@@ -95,6 +101,9 @@ def _check_prices(prices: dict[str, Any]) -> None:
         _check_units(device.get("utilisation") or {}, f"devices.{name}.utilisation", True)
     for key in ("utilisation", "gpu_seconds", "cpu_seconds"):
         _check_units(prices[key], key, key == "utilisation")
+    rate = prices.get("spot_preemptions_per_hour", 0.0)
+    if rate < 0:
+        raise PrivauditorError(f"spot_preemptions_per_hour must be >= 0, not {rate!r}")
 
 
 def _check_units(values: dict[str, float], where: str, shares: bool) -> None:
@@ -163,11 +172,27 @@ def read_cluster(
         workers = int(node.get("max_workers", 1 if name == config.get("head_node_type") else 0))
         rates = calibrated or device_rates(prices, device)
         found.append(NodeType(name, instance, float(resources.get("CPU", listed["cpus"])), float(listed["memory_gb"]),
-                              gpus, device, memory, float(listed["usd_per_hour"]), workers, rates))  # fmt: skip
+                              gpus, device, memory, float(listed["usd_per_hour"]), workers, rates,
+                              is_spot(node_config)))  # fmt: skip
     if not found:
         raise PrivauditorError(f"{path.name} has no available_node_types (machines of a local cluster are not "
                                "described: plan without --cluster on one of them)")  # fmt: skip
     return found
+
+
+def is_spot(node_config: dict[str, Any]) -> bool:
+    """Whether a node type's ``node_config`` asks for spot capacity: AWS ``InstanceMarketOptions:
+    {MarketType: spot}``, GCP ``scheduling: {preemptible: true}`` or ``{provisioningModel: SPOT}``."""
+    market = node_config.get("InstanceMarketOptions")
+    scheduling = node_config.get("scheduling")
+    if isinstance(market, dict) and str(market.get("MarketType", "")).lower() == "spot":
+        return True
+    if isinstance(scheduling, dict):
+        return (
+            scheduling.get("preemptible") is True
+            or str(scheduling.get("provisioningModel", "")).upper() == "SPOT"
+        )
+    return False
 
 
 def _node_types(path: Path, config: dict[str, Any]) -> dict[str, Any]:

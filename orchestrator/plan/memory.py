@@ -12,6 +12,23 @@ Under DeepSpeed, ZeRO partitions what trains (:func:`~privauditor.orchestrator.p
 DeepSpeed's own mixed-precision estimate under ``bf16-mixed`` (its bf16 mode), fp32 weights under ``fp32``.
 Scoring holds the same weights as training does (bf16 frozen and fp32 trained ones under ``bf16-mixed``)
 and a batch's logits with their fp32 log-softmax. A technique that trains nothing holds every weight frozen.
+
+Activations (:func:`~privauditor.orchestrator.plan.costs.activation_bytes`), for ``L`` layers of width
+``h``, a micro-batch of ``b`` sequences of ``s`` tokens, ``V`` the vocabulary and ``w`` the activation width
+in bytes::
+
+    without checkpointing:  (w/2) · 34·s·b·h·L                + b·s·V·(w + 8)
+    with checkpointing:     (w/2) · (2·s·b·h·L + 34·s·b·h)    + b·s·V·(w + 8)
+
+``34·s·b·h`` is one layer's activations at 16 bits (Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", eq. 1, ``sbh(34 + 5as/h)``, without the ``5as/h`` attention
+scores that fused attention kernels do not keep); ``2·s·b·h·L`` is what full recomputation keeps, each
+layer's 16-bit input (the same paper, section 5); the one layer's ``34·s·b·h`` is the layer the backward
+recomputes at a time (Chen et al. 2016, "Training Deep Nets with Sublinear Memory Cost", section 3, with a
+checkpoint at every layer boundary). An encoder-decoder adds its encoder's layers over the source tokens
+the same way. The logits' term (the fp32 log-softmax and its gradient) is outside the checkpointed layers
+and stays. ``train.gradient_checkpointing`` also costs one more forward per training step
+(:func:`~privauditor.orchestrator.plan.work.cell_work`).
 """
 
 from __future__ import annotations
@@ -64,11 +81,16 @@ def cell_precision(spec: Any) -> str:
     return found or resolve_precision("auto", resolve_model(spec.model).dtype)
 
 
-def memory_parts(spec: Any, cw: CellWork) -> Memory:
+def checkpointing_of(spec: Any) -> bool:
+    """Whether a cell trains with gradient checkpointing (``train.gradient_checkpointing``)."""
+    return bool(getattr(spec.train, "gradient_checkpointing", False))
+
+
+def memory_parts(spec: Any, cw: CellWork, checkpointing: bool | None = None) -> Memory:
     """The most one device holds for the cell ``spec`` whose work is ``cw``, part by part, at
     ``max_length`` tokens: scoring (weights and a batch's logits) or training (weights, gradients and
-    optimizer states, as ZeRO partitions them under DeepSpeed; activations without recomputation; a
-    defence's state)."""
+    optimizer states, as ZeRO partitions them under DeepSpeed; activations, recomputed per layer with
+    gradient checkpointing: ``checkpointing``, None for the spec's own setting; a defence's state)."""
     from privauditor.tasks.defences import get_defence
 
     precision = cell_precision(spec)
@@ -96,5 +118,6 @@ def memory_parts(spec: Any, cw: CellWork) -> Memory:
     extra = defence.extra_memory(trainable, spec.train.batch_size) if defence is not None else 0
     micro = math.ceil(spec.train.batch_size / workers)
     source = seq if shape.seq2seq else 0
-    activations = activation_bytes(shape, seq, micro, activation, source)
+    recompute = checkpointing_of(spec) if checkpointing is None else checkpointing
+    activations = activation_bytes(shape, seq, micro, activation, source, recompute)
     return Memory(precision, frozen_bytes, trained, extra, activations, scoring_weights, logits)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .inputs import GIB, LOCAL, NodeType
-from .memory import memory_parts
+from .memory import checkpointing_of, memory_parts
 from .work import CellWork, Tokens, Work, cell_work
 
 #: Fixed costs of ``privauditor run`` on this machine (no ``--cluster``) beyond its cells' own work, measured
@@ -58,6 +58,7 @@ class Planned:
     usd: float
     why: str = ""
     units: dict[str, float] | None = None  # the work priced: its own and the shared work charged to it
+    checkpointing: bool = False  # trained with gradient checkpointing (``train.gradient_checkpointing``)
 
     @property
     def flops(self) -> tuple[float, float]:
@@ -83,7 +84,8 @@ def plan_cells(
     planned, shared_done = [], set()
     for cell in sweep.cells:
         spec = cell.resolve(build=False)
-        cw = cell_work(spec, shape_of, tokens_of, best_before_last=best_before_last)
+        recompute = checkpointing_of(spec) or bool(getattr(cell.train, "gradient_checkpointing", False))
+        cw = cell_work(spec, shape_of, tokens_of, best_before_last=best_before_last, checkpointing=recompute)
         needs = resolve_model(spec.model).resources
         gpus_each = (
             needs.gpus if sweep.run.gpus_per_trial in ("auto", None) else float(sweep.run.gpus_per_trial)
@@ -97,22 +99,30 @@ def plan_cells(
             if key not in shared_done:
                 shared_done.add(key)
                 work = _merged(work, shared.total())
-        memory = memory_bytes(spec, cw)
-        best, why = None, []
-        for node in nodes:
-            fits = _fits(node, gpus, cpus, memory)
-            if fits:
-                why += [] if fits.endswith(MISMATCH) else [f"{node.name}: {fits}"]
-                continue
-            time = seconds(work, node.rates)
-            usd = time / 3600 * node.usd_per_hour * _share(node, gpus, cpus)
-            if best is None or (node.gpus, usd) < (best[0].gpus, best[2]):
-                best = (node, time, usd)
+        memory = memory_parts(spec, cw, recompute).peak
+        best, why = placed(nodes, gpus, cpus, memory, work)
         node, time, usd = best or (None, 0.0, 0.0)
-        planned.append(
-            Planned(spec, cw, memory, gpus, cpus, node, time, usd, "" if best else "; ".join(why), work)
-        )
+        planned.append(Planned(spec, cw, memory, gpus, cpus, node, time, usd, "" if best else "; ".join(why),
+                               work, recompute))  # fmt: skip
     return planned
+
+
+def placed(
+    nodes: list[NodeType], gpus: float, cpus: float, memory: int, work: dict[str, float]
+) -> tuple[tuple[NodeType, float, float] | None, list[str]]:
+    """The node type a cell goes to (the fewest GPUs, then the cheapest, of those it fits), with its
+    seconds and dollars; and why it fits none of the others."""
+    best, why = None, []
+    for node in nodes:
+        fits = _fits(node, gpus, cpus, memory)
+        if fits:
+            why += [] if fits.endswith(MISMATCH) else [f"{node.name}: {fits}"]
+            continue
+        time = seconds(work, node.rates)
+        usd = time / 3600 * node.usd_per_hour * _share(node, gpus, cpus)
+        if best is None or (node.gpus, usd) < (best[0].gpus, best[2]):
+            best = (node, time, usd)
+    return best, why
 
 
 def _merged(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:

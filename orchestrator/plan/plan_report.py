@@ -7,13 +7,17 @@ import argparse
 import math
 import os
 from collections import Counter
+from typing import Any
 
 from privauditor.tasks.infra.errors import PrivauditorError
 
 from .. import tables
 from .builds import build_seconds, builds_line, first_builds
+from .fixes import group_lines
 from .inputs import GIB, NodeType, load_prices, read_cluster
+from .notes import placeholder_lines, spot_lines
 from .plan import SWEEP_S, TRIAL_S, WORKER_S, Planned, plan_cells, tokens_for, totals, within_budget
+from .storage import storage_line
 
 TERA = 1e12
 
@@ -71,10 +75,11 @@ def _report(args: argparse.Namespace) -> str:
     if args.cells:
         lines.append(tables.render(["cell_id", "node type", "gpus", "train TFLOP", "scoring TFLOP", "memory GB",
                                     "hours", "usd"], [_row(p) for p in planned]))  # fmt: skip
-    for p in planned:
-        if p.node is None:
-            lines.append(f"fits no node type: {p.spec.cell_id()}: {p.why}")
+    if args.cluster:
+        lines += _cluster_lines(args.cluster, planned, nodes, prices, shape_of, tokens_of)
     lines += _total_lines(planned, nodes, head, local=args.cluster is None)
+    if args.cluster:
+        lines += [storage_line(planned), *spot_lines(planned, prices), *placeholder_lines(args.cluster)]
     measured = sum(p.work.tokens.measured for p in planned)
     lines.append(f"tokens per record: measured on {measured} of {len(planned)} cells' records; max_length (an upper "
                  "bound) where the records or the tokenizer are not at hand offline")  # fmt: skip
@@ -95,6 +100,17 @@ def _report(args: argparse.Namespace) -> str:
             f"whole sweep: predicted {found['predicted_s']:.0f} s of cell time, measured {found['measured_s']:.0f} s"
         )
     return "\n".join(lines)
+
+
+def _cluster_lines(
+    cluster: str, planned: list[Planned], nodes: list[NodeType], prices: dict, shape_of: Any, tokens_of: Any
+) -> list[str]:
+    """The cells that fit no node type, a line per model and technique with its cheapest fix."""
+    from .inputs import _yaml
+    from .notes import cluster_path
+
+    provider = (_yaml(cluster_path(cluster)).get("provider") or {}).get("type")
+    return group_lines(planned, nodes, prices, provider, shape_of, tokens_of)
 
 
 def _budget(text: str | float | None) -> float | None:
@@ -120,12 +136,15 @@ def _totals_line(found: dict, planned: list[Planned], nodes: list, head) -> str:
     used = Counter(p.node.name for p in planned if p.node)
     spread = ", ".join(f"{name} {count} cells (max {n.max_workers} workers)" for n in nodes
                        for name, count in used.items() if n.name == name)  # fmt: skip
-    unfit = f"; {found['unfit']} cells fit no node type (above)" if found["unfit"] else ""
+    unfit = found["unfit"]
+    left = f"; {unfit} cells left out: they fit no node type (above)" if unfit else ""
+    fit = len(planned) - unfit
+    which = f"the {fit} cells that fit" if unfit else f"all {fit} cells"
     head_note = f", the head node {head.name} included" if head else ""
     train, scoring = (sum(p.flops[i] for p in planned) for i in (0, 1))
     flops = f"{_num(train / 1e15)} PFLOP of training, {_num(scoring / 1e15)} PFLOP of scoring; "
     return (f"total: {flops}{_num(found['gpu_hours'])} GPU-hours, wall time {_duration(found['wall_s'])} at the "
-            f"cluster's maximum workers, cost ${found['usd']:.2f}{head_note}; {spread}{unfit}")  # fmt: skip
+            f"cluster's maximum workers, cost ${found['usd']:.2f} for {which}{head_note}; {spread}{left}")  # fmt: skip
 
 
 def _total_lines(

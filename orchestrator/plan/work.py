@@ -83,13 +83,19 @@ class CellWork:
 
 
 def cell_work(
-    spec: Any, shape_of: Any, tokens_of: Any, best: int | None = None, best_before_last: float = 1.0
+    spec: Any,
+    shape_of: Any,
+    tokens_of: Any,
+    best: int | None = None,
+    best_before_last: float = 1.0,
+    checkpointing: bool = False,
 ) -> CellWork:
     """The work of a resolved cell (a ``CellSpec``) as its plan (:func:`~privauditor.tasks.cell.plan.plan_cell`)
     has it; ``shape_of(model)`` gives a :class:`Shape`, ``tokens_of(dataset, model, max_length)``
     :class:`Tokens`. ``best``: the index of the best checkpoint where it is known (a finished cell's
     record); before the run the costly attacks are counted at the last checkpoint and, with weight
-    ``best_before_last``, at the one before."""
+    ``best_before_last``, at the one before. With gradient checkpointing (the spec's
+    ``train.gradient_checkpointing``, or ``checkpointing``) each training pass runs the forward twice."""
     from privauditor.tasks.cell.plan import plan_cell
     from privauditor.tasks.models import resolve_model
 
@@ -120,6 +126,8 @@ def cell_work(
     if technique.trains:
         passes = spec.train.epochs * trained
         flops = train_flops(shape, seq[0], 1, trainable_matmul, seq[1], inputs=body)
+        if getattr(spec.train, "gradient_checkpointing", False) or checkpointing:  # the layers' forward again
+            flops += forward_flops(shape, seq[0], 1, seq[1])
         own.add("train", train=passes * flops, gradient=passes)
     else:
         own.add("train", cell=1)  # a technique that trains nothing still passes through the training step

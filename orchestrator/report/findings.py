@@ -97,7 +97,7 @@ def findings(
     lines = ["# Findings", ""] + violations(rows) + answer(out, main, context)
     if other is not None:
         lines += against(rows, other[1], (out.name, other[0]), attack, view)
-    extra = defence_table(rows, attack) + duplication_table(out, rows, attack)
+    extra = defence_table(rows, attack) + duplication_table(out, rows, attack) + where_ran(out, rows)
     if not found:
         return "\n".join(lines + [f"No finished undefended cell ran `{attack}`.", ""] + extra)
     lines += _strongest(rows, view, main)
@@ -109,6 +109,24 @@ def findings(
     lines += _across_seeds(picked, view)
     lines += _controls(out, rows, attack)
     return "\n".join(lines + extra + ["## Caveat", "", CAVEAT, ""])
+
+
+def where_ran(out: Path, rows: list[Row]) -> list[str]:
+    """Where each cell ran (its ``cell.json``'s Ray node type and node), one line per cell, when the cells
+    ran on more than one node or on nodes an autoscaler launched; nothing for a run on one machine."""
+    results = Results(out)
+    runtimes = {}
+    for cell_id in sorted({r["cell_id"] for r in rows}):
+        folder = results.cell(cell_id)
+        runtimes[cell_id] = folder.record().get("runtime", {}) if folder.has_record else {}
+    nodes = {r.get("ray_node_id") for r in runtimes.values()} - {None}
+    if len(nodes) < 2 and not any("ray_node_type" in r for r in runtimes.values()):
+        return []
+    lines = ["## Where the cells ran", ""]
+    for cell_id, runtime in runtimes.items():
+        kind, node = runtime.get("ray_node_type", "a node"), runtime.get("ray_node_id")
+        lines.append(f"- `{cell_id}`: {kind}" + (f" (Ray node `{node}`)" if node else ", not recorded"))
+    return lines + [""]
 
 
 def _attempts(out: Path, rows: list[Row], hypothesis: Any, registration: Any, page: Any) -> int:

@@ -117,5 +117,5 @@ def last_line(trial: Any) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return "unknown error"
-    kind, sep, message = lines[-1].partition(": ")
+    kind, sep, message = lines[-1].strip().partition(": ")  # Ray indents some of its causes
     return (kind.rsplit(".", 1)[-1] + sep + message)[:300]

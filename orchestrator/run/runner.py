@@ -32,13 +32,17 @@ def run_sweep(
     max_concurrent: int | None = None,
     verbose: bool = False,
     add_spec: bool = False,
+    cluster: str | Path | None = None,
 ) -> int:
     """Run every cell of ``sweep`` that is not DONE in ``out`` (a folder or an object-store URI);
-    returns the exit code. A folder holding another sweep's settings is refused unless ``add_spec``."""
+    returns the exit code. A folder holding another sweep's settings is refused unless ``add_spec``;
+    a sweep with a cell that fits none of ``cluster``'s node types is refused before Ray starts."""
     import contextlib
 
     from .trials import check_placeable, check_reachable, ray_session, run_trials
 
+    if cluster is not None:
+        check_fits_cluster(sweep, cluster)
     check_reachable(address)  # before the results folder is made: a wrong address leaves nothing behind
     results = Results.open_for_writing(out, sweep.writer(), add_spec)
     failures: list[tuple[str, str]] = []
@@ -69,6 +73,27 @@ def run_sweep(
         )
         return 130
     return 1 if failures else 0
+
+
+def check_fits_cluster(sweep: Sweep, cluster: str | Path) -> None:
+    """Every cell of ``sweep`` planned on the worker node types of the Ray cluster file ``cluster`` (or a
+    shipped one by name: aws, gcp), as ``privauditor plan --cluster`` places them; a one-line error
+    naming how many cells fit no node type, and the first with its reason. An autoscaler would wait
+    for ever for a node that can hold such a cell, so it is refused before anything starts."""
+    from privauditor.orchestrator.plan.inputs import load_prices, read_cluster
+    from privauditor.orchestrator.plan.plan import plan_cells, tokens_for
+    from privauditor.tasks.infra.errors import PrivauditorError
+
+    planned = plan_cells(sweep, read_cluster(cluster, load_prices(), None), tokens_for())
+    unfit = [p for p in planned if p.node is None]
+    if unfit:
+        first = unfit[0]
+        why = first.why or f"no node type of its kind ({'GPU' if first.gpus else 'CPU only'})"
+        raise PrivauditorError(
+            f"{len(unfit)} of {len(planned)} cells fit no node type of cluster '{cluster}' "
+            f"(privauditor plan {sweep.name} --cluster {cluster} groups them with what makes each fit): first "
+            f"{first.spec.cell_id()}: {why}"
+        )
 
 
 def _resolved(sweep: Sweep, start_ray: Any) -> list[Any]:

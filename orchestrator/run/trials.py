@@ -22,6 +22,7 @@ from typing import Any
 
 from privauditor.tasks.infra.errors import PrivauditorError
 
+NODE_GROUP = "ray.io/node-group"  # the label holding an autoscaler-launched node's type
 FORWARDED_ENV = ("PRIVAUDITOR_", "HF_", "TRANSFORMERS_", "WANDB_", "TOKENIZERS_", "XDG_CACHE_HOME")
 
 
@@ -72,7 +73,8 @@ def check_reachable(address: str | None) -> None:
 def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:
     """A cell's trial resources: CPUs from ``run.cpus_per_trial`` or else the model spec; GPUs from
     ``run.gpus_per_trial`` (a number), none (null), or with ``auto`` the model spec's (at least one)
-    when the cluster has GPUs. DeepSpeed workers get their own resources besides these."""
+    when the cluster has GPUs; custom resources from ``run.resources_for`` (its adaptation's, else its
+    model's) or else ``run.resources``. DeepSpeed workers get their own resources besides these."""
     from privauditor.tasks.models import resolve_model
 
     needs = resolve_model(cell.model).resources
@@ -81,14 +83,15 @@ def trial_resources(cell: Any, run: Any, has_gpus: bool) -> dict[str, float]:
         gpus = max(needs.gpus, 1.0) if has_gpus else 0.0
     else:
         gpus = float(run.gpus_per_trial or 0.0)
-    return {"CPU": float(cpus)} | ({"GPU": gpus} if gpus else {})
+    custom = run.resources_for.get(cell.adaptation, run.resources_for.get(cell.model, run.resources))
+    return {"CPU": float(cpus)} | ({"GPU": gpus} if gpus else {}) | custom
 
 
 def check_placeable(sweep: Any, todo: list[Any], address: str | None) -> None:
     """On the local Ray instance (``address`` None: it never grows, unlike an autoscaling cluster), a
     one-line error for the first cell whose trial can never be placed: its bundles (two on one node where
-    a view adapts a model of its own, ``spv_mia``) ask for more CPUs or GPUs than the machine has, and
-    Tune would wait for them for ever."""
+    a view adapts a model of its own, ``spv_mia``) ask for more CPUs, GPUs or custom resources
+    (``run.resources``) than the machine has, and Tune would wait for them for ever."""
     if address is not None:
         return
     import ray
@@ -100,13 +103,19 @@ def check_placeable(sweep: Any, todo: list[Any], address: str | None) -> None:
     has = ray.cluster_resources()
     for spec in todo:
         found, _ = bundles(spec, trial_resources(spec, sweep.run, has.get("GPU", 0) > 0))
-        for kind in ("CPU", "GPU"):
+        for kind in sorted({k for bundle in found for k in bundle}):
             asked = sum(b.get(kind, 0.0) for b in found)
             if asked > has.get(kind, 0.0):
                 two = " (two bundles: the trial and its view task)" if len(found) > 1 else ""
+                plain = kind in ("CPU", "GPU")
+                fix = (
+                    "lower run.cpus_per_trial / run.gpus_per_trial in the sweep file"
+                    if plain
+                    else "run it on a cluster whose nodes have it (--address), or drop it from run.resources"
+                )
                 raise PrivauditorError(
-                    f"cell {spec.cell_id()} asks for {asked:g} {kind}s on one node{two}, and this machine has "
-                    f"{has.get(kind, 0.0):g}: lower run.cpus_per_trial / run.gpus_per_trial in the sweep file"
+                    f"cell {spec.cell_id()} asks for {asked:g} {kind + 's' if plain else repr(kind)} on one "
+                    f"node{two}, and this machine has {has.get(kind, 0.0):g}: {fix}"
                 )
 
 
@@ -129,6 +138,7 @@ def _trial(
     from .attack_actor import attack_actor
 
     attack_actor()  # started now, so its process start-up overlaps the cell's adaptation
+    forward_notices()
     cell_id = config["cell_id"]
     env = _environment(specs[cell_id], resources[cell_id], sweep)
     results = Results.at(out)
@@ -149,6 +159,29 @@ def _trial(
         tune.report(checkpoint_report(checkpoint, metrics) | {"skipped": outcome.skipped})
 
 
+#: how long a trial's process, ended by SIGTERM (a node's drain or spot notice), waits for its cell's
+#: training to save its step state before Ray shuts the process down (GKE's notice is 30 s, AWS's 120 s)
+NOTICE_WAIT_S = 20.0
+_FORWARDING: list[bool] = []
+
+
+def forward_notices() -> None:
+    """Forward a drain notice to the cell this trial trains. Ray's worker turns SIGTERM into ``SystemExit``
+    on its main thread while Tune runs the trial's function on a daemon thread of its own, so the cell's
+    loop never sees the signal: at that exit, before Ray's own shutdown (``atexit`` runs the last registered
+    first), the drain flag is raised and the loop given :data:`NOTICE_WAIT_S` to save its step state
+    (:mod:`privauditor.tasks.infra.drain`); the retried trial resumes there. Registered once a process
+    (Tune reuses it for trials); an earlier trial's notice is forgotten."""
+    import atexit
+
+    from privauditor.tasks.infra import drain
+
+    if not _FORWARDING:
+        atexit.register(drain.forward, NOTICE_WAIT_S)
+        _FORWARDING.append(True)
+    drain.reset()
+
+
 def _environment(spec: Any, resources: dict[str, float], sweep: Any) -> Any:
     """What a trial's cell runs with: this trial's threads (two trials' thread pools on the same cores
     slow both many times over), Ray Train workers for DeepSpeed, attacks as Ray actor tasks, a view that
@@ -166,11 +199,12 @@ def _environment(spec: Any, resources: dict[str, float], sweep: Any) -> Any:
     threads = max(1, int(resources["CPU"]))
     torch.set_num_threads(threads)
     launcher = RayTrainLauncher(cpus_per_worker=threads, gpus_per_worker=min(resources.get("GPU", 0.0), 1.0))
+    context = ray.get_runtime_context()
     runtime = {
-        "ray_node_id": ray.get_runtime_context().get_node_id(),
+        "ray_node_id": context.get_node_id(),
         "trial_id": tune.get_context().get_trial_id(),
         "pid": os.getpid(),
-    }
+    } | node_type(context.get_node_labels())
     return CellEnvironment(
         distributed=launcher,
         map_jobs=ray_tasks,
@@ -178,6 +212,16 @@ def _environment(spec: Any, resources: dict[str, float], sweep: Any) -> Any:
         timeout_s=sweep.run.cell_timeout_s if sweep is not None else None,
         runtime=runtime | {"attacks": "ray actor tasks"},
     )
+
+
+def node_type(labels: dict[str, Any]) -> dict[str, str]:
+    """``{"ray_node_type": ...}``: the cluster config's node type of this worker's node, where an autoscaler
+    launched it: its ``ray.io/node-group`` label (autoscaler v2, KubeRay), else the ``RAY_NODE_TYPE_NAME`` its
+    raylet passes to workers (the v1 autoscaler's fake multi-node provider); nothing on a node no autoscaler
+    launched (a local run, a head, a v1 cloud worker: its ``ray_node_id`` alone says where it ran)."""
+    group = labels.get(NODE_GROUP) or os.environ.get("RAY_NODE_TYPE_NAME")
+    group = group[0] if isinstance(group, list) and group else group
+    return {"ray_node_type": str(group)} if group else {}
 
 
 def run_trials(

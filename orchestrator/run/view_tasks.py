@@ -29,7 +29,10 @@ def bundles(cell: Any, resources: dict[str, float]) -> tuple[list[dict[str, floa
     view task where the cell needs one."""
     if not adapts(cell):
         return [resources], "PACK"
-    return [shared(resources)] * 2, "STRICT_PACK"
+    first = shared(resources)
+    # a custom resource names the node type the cell runs on (``run.resources``): the trial's bundle holds
+    # it, the view task's (on the same node) asks only for CPUs and GPUs
+    return [first, {k: v for k, v in first.items() if k in ("CPU", "GPU")}], "STRICT_PACK"
 
 
 def view_task(resources: dict[str, float]) -> Callable[[Callable[..., Any], Any], Callable[[], Any]]:

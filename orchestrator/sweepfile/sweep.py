@@ -64,8 +64,18 @@ class RunSettings:
     gpus_per_trial: float | Literal["auto"] | None = "auto"
     storage_path: str | None = None  # shared storage for Ray's trial state (default: OUT/ray)
     cell_timeout_s: float | None = None  # a cell past this stops (no DONE) and counts as a failure
+    # custom resources every trial asks for besides its CPUs and GPUs, which an autoscaling cluster's node
+    # types advertise (``{gpu_1x: 1}``: the cell runs only on a node of a type that has one free)
+    resources: dict[str, float] = field(default_factory=dict)
+    # a model or adaptation name -> the custom resources its cells ask for instead of ``resources`` (where
+    # both a cell's model and its adaptation are named, the adaptation's): ``{full: {gpu_8x: 1}}``
+    resources_for: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for where, asked in [("run.resources", self.resources)] + [
+            (f"run.resources_for.{name}", value) for name, value in self.resources_for.items()
+        ]:
+            check_resources(where, asked)
         if self.cell_timeout_s is not None and self.cell_timeout_s <= 0:
             raise PrivauditorError(
                 f"run.cell_timeout_s must be a number of seconds > 0 or null, not {self.cell_timeout_s!r}"
@@ -81,6 +91,18 @@ class RunSettings:
             raise PrivauditorError(
                 f"run.max_concurrent_trials must be at least 1 or null, not {self.max_concurrent_trials!r}"
             )
+
+
+def check_resources(where: str, asked: dict[str, float]) -> None:
+    """A one-line error unless ``asked`` names custom resources (not CPU or GPU: ``cpus_per_trial`` and
+    ``gpus_per_trial`` set those) in amounts > 0."""
+    for name, amount in asked.items():
+        if name in ("CPU", "GPU"):
+            raise PrivauditorError(
+                f"{where}.{name}: set CPUs and GPUs with run.cpus_per_trial / gpus_per_trial"
+            )
+        if amount <= 0:
+            raise PrivauditorError(f"{where}.{name} must be a number > 0, not {amount!r}")
 
 
 @dataclass(frozen=True)
@@ -132,7 +154,11 @@ class Sweep:
     def resolved(self, cell_ids: list[str]) -> dict[str, Any]:
         """The sweep with every default filled in and its cells' ids (written to ``OUT/sweep.yaml``)."""
         data = copy.deepcopy(self.source)
-        data["run"] = dataclasses.asdict(self.run)
+        data["run"] = {  # no custom resources: the block as before they could be set
+            k: v
+            for k, v in dataclasses.asdict(self.run).items()
+            if v or k not in ("resources", "resources_for")
+        }
         data["tracking"] = {"wandb": dataclasses.asdict(self.wandb)}
         data["cells"] = list(cell_ids)
         return data
@@ -220,6 +246,7 @@ def parse_sweep(data: Any, name: str = "sweep", assignments: list[str] = ()) -> 
         if settings is not None:
             configs.append(cell_config(settings, list(assignments)))
     run = build(RunSettings, data.get("run"), "run")
+    _named(name, "run.resources_for", list(run.resources_for), axes["model"] + axes["adaptation"])
     tracking = {} if data.get("tracking") is None else data["tracking"]
     if not isinstance(tracking, dict) or set(tracking) - {"wandb"}:
         raise PrivauditorError(f"{name}: tracking has one key, wandb")
@@ -307,6 +334,16 @@ def _once(name: str, where: str, values: list[Any], kind: str) -> None:
             )
         if value in values[:index]:
             raise PrivauditorError(f"{name}: {where} gives {value!r} twice")
+
+
+def _named(name: str, where: str, keys: list[str], names: list[str]) -> None:
+    """A one-line error for the first of ``keys`` that is none of the matrix's ``names`` (a typo would
+    leave its cells without the resources they need)."""
+    for key in keys:
+        if key not in names:
+            raise PrivauditorError(
+                f"{name}: " + unknown_name_message(f"model or adaptation in {where}", key, names)
+            )
 
 
 def _matchable(name: str, where: str, partial: dict[str, Any], axes: dict[str, list[Any]]) -> None:

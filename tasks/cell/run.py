@@ -4,8 +4,10 @@
 (``cell.json``, ``adapter/``, ``signals.parquet``, ``views/``, ``scores.parquet``, ``metrics.json``,
 ``DONE`` last) and keeps the work cells share under ``OUT/shared/`` (split ids, views of the un-adapted
 base such as its signals, neighbour texts), where every later cell of the same (base, dataset, seed)
-finds them. A cell with ``DONE`` is not redone; one without is cleared and redone. Every file is written
-to a temporary name and renamed.
+finds them. A cell with ``DONE`` is not redone; one without is cleared and redone, but for the training
+state a drain notice saved (its folder's resume folder, :mod:`privauditor.tasks.training.resume`): the
+rerun trains on from that step, and removes it before it finishes. Every file is written to a temporary
+name and renamed.
 
 Training runs once and snapshots the adaptation at every checkpoint of ``train.checkpoints`` (epochs,
 fractions of one included, each named by its step); afterwards each snapshot is audited in turn. The last
@@ -63,6 +65,7 @@ def run_cell(cell: CellConfig | CellSpec, out: Path, env: CellEnvironment = IN_P
     with limit(env.timeout_s):
         record = execute(spec, cell_id, cell_dir, out / "shared", Clock(), env)
     record["hardware"] = hardware(record["device"])
+    shutil.rmtree(folder.resume_dir, ignore_errors=True)  # a preempted attempt's state, now spent
     folder.finish(record | {"versions": versions(), "runtime": env.runtime})
     return folder.outcome(skipped=False)
 
@@ -74,7 +77,8 @@ def execute(
     ready = prepare(spec, shared, clock)
     model, loaded, split = ready.model, ready.loaded, ready.split
     snapshots = cell_dir / ".snapshots"
-    result, guard = train_cell(spec, model, loaded, split, snapshots, clock, env.distributed)
+    resume = resume_folder(spec, cell_id, cell_dir, snapshots)
+    result, guard = train_cell(spec, model, loaded, split, snapshots, clock, env.distributed, resume)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())  # peft's convention: the adapted model's parameters
     reference = reference_for(spec, loaded, ready.base_identity, spec.technique().trains)
@@ -87,6 +91,17 @@ def execute(
     shutil.rmtree(snapshots, ignore_errors=True)
     ran = Ran(result=result, guard=guard, audited=audited, trainable=trainable, total=total)
     return _record(cell_id, trained, ready, ran, shared, clock)
+
+
+def resume_folder(spec: CellSpec, cell_id: str, cell_dir: Path, snapshots: Path) -> Any:
+    """The cell's step state after a preemption: in its folder's resume folder, which starting the cell
+    again keeps (:meth:`~privauditor.tasks.infra.results.CellFolder.start`), keyed by the cell id and the
+    hash of its whole spec."""
+    from ..infra.cache import stable_hash
+    from ..training.resume import ResumeFolder
+
+    key = {"cell_id": cell_id, "spec": stable_hash(spec.to_dict(), 16)}
+    return ResumeFolder(CellFolder.at(cell_dir).resume_dir, key, snapshots)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +201,8 @@ def _record(
         precision=spec.train.precision,
         loss_receipts=ready.receipts,  # None: nothing trains (none, icl)
         repeats=split.repeats(),
+        resumed_from_step=getattr(result, "resumed_from_step", None),
+        preemptions=getattr(result, "preemptions", 0),
     )
 
 

@@ -19,10 +19,13 @@ def train_cell(  # noqa: PLR0913  # what the cell has loaded and drawn, and how 
     snapshots: Path,
     clock: Callable[[str, Callable[[], Any]], Any],
     distributed: Any,
+    resume: Any = None,
 ) -> tuple[Any, Any]:
     """The adaptation trained, under its defence's guard where it has one (DeepSpeed's out of this process,
     through ``distributed``), each checkpoint snapshotted into ``snapshots``: the loss record and the guard
-    (None without a defence)."""
+    (None without a defence). ``resume``: the cell's
+    :class:`~privauditor.tasks.training.resume.ResumeFolder` (in this process only): a drain notice saves
+    the step state there and stops, and a state found there is trained on from its step."""
     from ..defences import TrainingRun
     from ..training.loop import Loop, train, train_config_of
     from ..training.snapshots import saver
@@ -35,9 +38,16 @@ def train_cell(  # noqa: PLR0913  # what the cell has loaded and drawn, and how 
         guard = clock(defence.stage, lambda: defence.guard(spec.defence_params, run))
     if spec.train.deepspeed is not None:
         return clock("train", lambda: train_elsewhere(spec, snapshots, distributed)), guard
+    if (
+        spec.train.gradient_checkpointing
+    ):  # activations recomputed in the backward: less memory, one more forward
+        from ..training.checkpointing import enable
+
+        enable(model)
     loop = Loop(
         checkpoints=spec.train.checkpoints,
         on_checkpoint=saver(model, snapshots),
+        resume=resume,
         **({} if guard is None else guard.loop),
     )
     config = train_config_of(spec)

@@ -208,17 +208,9 @@ class Privacy:
         """ε spent after ``step`` steps."""
         return spent_epsilon(sigma, self.sample_rate, step, self.delta)
 
-    def sampler(self) -> Any:
+    def sampler(self) -> PoissonSampler:
         """``sampler(epoch)``: that epoch's Poisson batches (lists of record indices, possibly empty)."""
-        import torch
-
-        generator = torch.Generator().manual_seed(self.seed)
-
-        def batches(epoch: int) -> list[list[int]]:
-            draws = torch.rand(self.steps_per_epoch, self.records, generator=generator) < self.sample_rate
-            return [row.nonzero().flatten().tolist() for row in draws]
-
-        return batches
+        return PoissonSampler(self)
 
     def make_step(self, sigma: float, seq2seq: bool) -> Any:
         """A ``make_step`` for :func:`~privauditor.tasks.training.loop.train` (see :class:`DPStep`)."""
@@ -245,6 +237,25 @@ class Privacy:
             "steps": steps,
             "accountant": f"rdp (opacus {opacus.__version__})",
         }
+
+
+class PoissonSampler:
+    """A DP run's ``sampler(epoch)``: each record in each of the epoch's batches with the sample rate, drawn
+    from a ``generator`` of its own (exposed, so a saved training state holds it,
+    :mod:`privauditor.tasks.training.resume`)."""
+
+    def __init__(self, privacy: Privacy) -> None:
+        import torch
+
+        self.privacy = privacy
+        self.generator = torch.Generator().manual_seed(privacy.seed)
+
+    def __call__(self, epoch: int) -> list[list[int]]:
+        import torch
+
+        privacy = self.privacy
+        draws = torch.rand(privacy.steps_per_epoch, privacy.records, generator=self.generator)
+        return [row.nonzero().flatten().tolist() for row in draws < privacy.sample_rate]
 
 
 class DPStep:

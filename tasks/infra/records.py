@@ -46,6 +46,8 @@ class _CellExtras(TypedDict, total=False):
     loss_receipts: (
         dict[str, Any] | None
     )  # the loss's coverage of each trained part (tasks/training/receipts.py)
+    resumed_from_step: int | None  # the step training resumed from after a preemption (None: it did not)
+    preemptions: int  # drain notices the cell's training stopped at and resumed from
 
 
 class CellRecord(_CellExtras):

@@ -40,6 +40,8 @@ RESULTS_FORMAT = 5  # 5: signal stores of format 2
 CELLS = "cells"
 #: what a leaderboard needs of each finished cell
 SUMMARY_FILES = ("DONE", "cell.json", "metrics.json")
+#: a cell folder's training state kept from a preempted attempt for the next (not a result: never uploaded)
+RESUME = ".resume"
 LEADERBOARD_FILES = tuple(f"leaderboard.{s}" for s in ("parquet", "csv", "md", "html"))
 
 
@@ -279,12 +281,25 @@ class CellFolder:
         metrics = json.loads((self.path / "metrics.json").read_text())
         return CellOutcome(self.cell_id, self.path, metrics, skipped, warnings)
 
+    @property
+    def resume_dir(self) -> Path:
+        """Where a preempted attempt left its training's step state (:mod:`privauditor.tasks.training.resume`)."""
+        return self.path / RESUME
+
     def start(self) -> Path:
         """Check the results folder (creating its marker), clear an unfinished earlier attempt and create
-        the cell folder empty."""
+        the cell folder empty but for a preempted attempt's :attr:`resume_dir`, which the next attempt
+        resumes from (the cell removes it before it finishes)."""
         check_results_dir(self.out)
-        shutil.rmtree(self.path, ignore_errors=True)
-        self.path.mkdir(parents=True)
+        if self.resume_dir.is_dir():
+            for path in self.path.iterdir():
+                if path.is_dir() and path != self.resume_dir:
+                    shutil.rmtree(path)
+                elif not path.is_dir():
+                    path.unlink()
+        else:
+            shutil.rmtree(self.path, ignore_errors=True)
+        self.path.mkdir(parents=True, exist_ok=True)
         return self.path
 
     def finish(self, record: CellRecord) -> None:

@@ -112,6 +112,9 @@ class TrainSpec:
     version: int  # the training loop's
     #: ``fp32`` or ``bf16-mixed`` (tasks/infra/precision.py); the ids of ``fp32`` cells leave it out
     precision: str = "fp32"
+    #: recompute each layer's activations in the backward (``tasks/training/checkpointing.py``); the ids
+    #: of cells without it leave it out
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         # whole epochs as ints however they were read (a cell.json's 20 comes back as 20.0), so the id
@@ -205,6 +208,8 @@ class CellSpec:
                 del found[block][key]
         if found["train"]["precision"] == "fp32":
             del found["train"]["precision"]
+        if found["train"].get("gradient_checkpointing") is False:
+            del found["train"]["gradient_checkpointing"]
         if found["pii_inference_version"] is None:
             del found["pii_inference_version"]
         return found
@@ -307,6 +312,7 @@ def _train_spec(train: TrainSettings, technique: Adaptation, name: str, model: A
         deepspeed=deepspeed if trains else None,
         version=TRAINER_VERSION,
         precision=resolve_precision(precision_setting(train), model.dtype),
+        gradient_checkpointing=train.gradient_checkpointing and trains,
     )
 
 

@@ -106,6 +106,9 @@ class TrainSettings:
     deepspeed: DeepSpeedSettings | None = None  # None: the model spec's ZeRO stage, if it has one
     #: ``fp32``, ``bf16-mixed`` or ``auto`` (by the weights' loaded dtype): tasks/infra/precision.py
     precision: str = "auto"
+    #: recompute each layer's activations in the backward instead of keeping them (tasks/training/
+    #: checkpointing.py): less memory, one more forward per step; False, the default, leaves the cell ids alone
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         from ..infra.precision import check_setting

@@ -114,6 +114,10 @@ def train_worker(spec: dict[str, Any]) -> dict[str, Any] | None:
     model = to_precision(
         apply_seeded(cell.technique(), loaded.model, loaded.family, seed=cell.seed), cell.train.precision
     )
+    if cell.train.gradient_checkpointing:  # before the engine wraps it
+        from .checkpointing import enable
+
+        enable(model)
     split = draw_split(load_dataset(cell.dataset), cell.split, cell.seed)
     train_config = train_config_of(cell)
     names = [n for n, p in model.named_parameters() if p.requires_grad]

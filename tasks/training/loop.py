@@ -33,8 +33,10 @@ from typing import Any
 import torch
 
 from ..datasets import Example
+from ..infra import drain
 from ..infra.deadline import check, expired, timeout
 from ..infra.progress import Progress
+from .resume import Position, StepState
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,8 @@ class TrainResult:
     checkpoints: list[tuple[float, int]] = field(default_factory=list)  # (epoch, step) of each snapshot
     loss_curve: list[float] = field(default_factory=list)  # per step
     epoch_losses: list[float] = field(default_factory=list)  # mean per epoch
+    resumed_from_step: int | None = None  # the step a saved state (:mod:`.resume`) was loaded at
+    preemptions: int = 0  # drain notices this run's training stopped at and came back from
 
     @property
     def loss_first_epoch(self) -> float:
@@ -239,7 +243,13 @@ class Loop:
     DeepSpeed engine under Ray Train) and the recorded losses are the mean over all ranks' tokens.
     ``sampler(epoch)`` gives an epoch's batches as lists of example indices, possibly empty (DP-SGD's
     Poisson sampling, :mod:`privauditor.tasks.defences.dp`; ``steps_per_epoch`` of them); by default each epoch
-    is a seeded permutation cut into batches of the configured size."""
+    is a seeded permutation cut into batches of the configured size (a sampler that draws from a generator of
+    its own exposes it as ``generator``, so a saved state can hold it).
+
+    With a ``resume`` folder (:class:`~privauditor.tasks.training.resume.ResumeFolder`; one process only) a
+    drain notice (:mod:`privauditor.tasks.infra.drain`) stops training at the next step boundary with its
+    state saved there (:class:`~privauditor.tasks.training.resume.Preempted`), and a state found there at the
+    start is loaded and trained on from its step."""
 
     make_step: Any = LocalStep
     rank: int = 0
@@ -247,6 +257,7 @@ class Loop:
     checkpoints: Sequence[float] = ()
     on_checkpoint: Callable[[float, int], None] | None = None
     sampler: Callable[[int], list[list[int]]] | None = None
+    resume: Any = None
 
 
 def train(
@@ -274,7 +285,11 @@ def train(
     )  # dropout masks (LoRA's, adapters') draw from the global generator
     generator = torch.Generator().manual_seed(config.seed)
     step = loop.make_step(model, parameters, config.lr, min(WARMUP_STEPS, steps_per_epoch))
-    snapshot(0)  # after the step is built: a DeepSpeed engine gathers the weights
+    saved = StepState(model=model, step=step, result=result, loop=loop, order=generator)
+    start = saved.load()
+    if start is None:
+        start = Position(epoch=0)
+        snapshot(0)  # after the step is built: a DeepSpeed engine gathers the weights
     device = parameters[0].device
     model.train()
     started = time.perf_counter()
@@ -283,16 +298,25 @@ def train(
         steps_per_epoch * config.epochs,
         quiet=loop.rank > 0,
     )
+    if result.loss_curve:
+        shown.update(len(result.loss_curve))
     steps = _Steps(
         step=step, data=data, pad_id=tokenizer.pad_token_id, seq2seq=seq2seq, device=device,
         rank=loop.rank, world=loop.world, result=result, snapshot=snapshot, shown=shown,
+        notice=saved if loop.resume is not None and loop.world == 1 else None,
     )  # fmt: skip
-    for epoch in range(config.epochs):
-        batches = _batches(epoch, len(data), config.batch_size, generator, loop.sampler)
-        result.epoch_losses.append(_epoch(steps, batches))
+    drain.listen(steps.notice is not None)
+    try:
+        for epoch in range(start.epoch, config.epochs):
+            at = start if epoch == start.epoch else Position(epoch=epoch)
+            saved.orders(at)  # the order generators as they were before this epoch's draw
+            batches = _batches(epoch, len(data), config.batch_size, generator, loop.sampler)
+            result.epoch_losses.append(_epoch(steps, batches, at))
+    finally:
+        drain.listen(False)
     shown.close()
     result.steps = steps_per_epoch * config.epochs
-    result.seconds = round(time.perf_counter() - started, 2)
+    result.seconds = round(saved.seconds + time.perf_counter() - started, 2)
     model.eval()
     return result
 
@@ -337,20 +361,23 @@ class _Steps:
     result: TrainResult
     snapshot: _Snapshots
     shown: Progress
+    notice: Callable[[Position], None] | None = None
 
 
-def _epoch(steps: _Steps, batches: list[list[int]]) -> float:
-    """Step through one epoch's ``batches``, recording each step's loss and taking its snapshots; the
-    epoch's mean loss per token."""
+def _epoch(steps: _Steps, batches: list[list[int]], at: Position) -> float:
+    """Step through one epoch's ``batches`` from where ``at`` is, recording each step's loss (and the
+    position) and taking its snapshots, and at each step boundary hearing a drain notice; the epoch's mean
+    loss per token."""
     fallback = next((b[:1] for b in batches if b), [0])  # what an idle rank runs, at weight 0
-    epoch_loss = epoch_tokens = 0.0
-    for drawn in batches:
+    for drawn in batches[at.index :]:
         summed = _step(steps, drawn, fallback)
-        epoch_loss, epoch_tokens = epoch_loss + summed[0].item(), epoch_tokens + summed[1].item()
+        at.loss, at.tokens, at.index = at.loss + summed[0].item(), at.tokens + summed[1].item(), at.index + 1
         steps.result.loss_curve.append(round(summed[0].item() / max(1.0, summed[1].item()), 4))
         steps.snapshot(len(steps.result.loss_curve))
         steps.shown.update(1, loss=steps.result.loss_curve[-1])
-    return round(epoch_loss / max(1, epoch_tokens), 4)
+        if steps.notice is not None:
+            steps.notice(at)
+    return round(at.loss / max(1, at.tokens), 4)
 
 
 def _step(steps: _Steps, drawn: list[int], fallback: list[int]) -> torch.Tensor:
