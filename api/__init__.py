@@ -85,7 +85,7 @@ def audit_preview(model: str, members: str | Path, nonmembers: str | Path, **opt
     would read, scoring and writing nothing (``privauditor audit --dry-run``): the audit's id, the files'
     sizes, the chat template and max length, and the first records as the model reads them (prompt, scored
     target, target tokens in the loss)."""
-    from .tasks.audit.run import preview_audit
+    from .tasks.audit.preview import preview_audit
 
     config, prepared = _prepared(model, members, **options)
     return preview_audit(model, str(members), str(nonmembers), config, prepared)

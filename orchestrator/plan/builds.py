@@ -57,11 +57,9 @@ def first_builds(specs: list[Any]) -> list[Build]:
 
 
 def _corpus_missing() -> bool:
-    from privauditor.tasks.models._corpus import load_corpus
-    from privauditor.tasks.models._tokenizer import tokenizer_dir
+    from privauditor.tasks.models import corpus_ready
 
-    corpus = load_corpus(build=False)
-    return corpus is None or tokenizer_dir(corpus, build=False) is None
+    return not corpus_ready()
 
 
 def _model_build(spec: Any) -> Build:

@@ -53,6 +53,7 @@ __all__ = [
     "active_profile",
     "checkpoint_identity",
     "checkpoint_path",
+    "corpus_ready",
     "load_model",
     "masked_lm_config",
     "masked_lm_identity",
@@ -201,6 +202,15 @@ def _located(what: tuple, profile: PretrainProfile | None, look: Any) -> Path | 
     if found is not None:
         _FOUND[key] = found
     return found
+
+
+def corpus_ready() -> bool:
+    """Whether the pre-training corpus and its tokenizer are in the artefact cache (nothing is built)."""
+    from ._corpus import load_corpus
+    from ._tokenizer import tokenizer_dir
+
+    corpus = load_corpus(build=False)
+    return corpus is not None and tokenizer_dir(corpus, build=False) is not None
 
 
 def pretrain_report(path: str | Path) -> dict[str, Any]:
