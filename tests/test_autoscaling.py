@@ -290,7 +290,7 @@ def test_in_a_fresh_process():
     env = dict(STARTING_ENV, **{FRESH: "1"})
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", node],
                           env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
-    print(done.stdout[-6000:])
+    print(done.stdout[-12000:])  # the events, the retry and where each cell ran
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout[-6000:] + done.stderr[-3000:]
 
 
