@@ -90,10 +90,13 @@ def _cell(args: argparse.Namespace) -> int:
         print(f"last checkpoint (epoch {audited[-1][0]['epoch']}):")
     print(tables.metrics_table(outcome.metrics))
     last, defence = audited[-1][0], get_defence(spec.defence)
+    for line in tables.one_run_lines((last.get("extraction") or {}).get("one_run")):
+        print(line)
     if defence is not None:
         print(defence.summary(CellFolder.at(outcome.path).record()["defence"], last))
-        for attack in last.get("dp_violations", []):
-            print(f"DP VIOLATION: {attack}'s empirical bound exceeds the eps spent: a bug", file=sys.stderr)
+        for kind in last.get("dp_violations", []):
+            print(f"DP VIOLATION: the one-run bound over the {kind} canaries exceeds the eps spent: a bug",
+                  file=sys.stderr)  # fmt: skip
     png = roc_png(outcome.metrics, Results(out).roc_image(outcome.cell_id), outcome.cell_id)
     print(f"ROC (log-log): {png}")
     return 0

@@ -8,6 +8,7 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from privauditor.tasks.infra.results import Results
 
@@ -309,3 +310,16 @@ def first_sentence(path: Path) -> str:
     text = " ".join(lines)
     end = re.search(r"\.(\s|$)", text)
     return text[: end.start() + 1] if end else text
+
+
+def one_run_lines(one_run: dict[str, Any] | None) -> list[str]:
+    """The one-run DP audit, a line per canary kind (none without one)."""
+    if not one_run:
+        return []
+    lines = [f"one-run DP audit (add/remove one canary; 95 %, {one_run['correction']} and the guess counts):"]
+    for kind, b in one_run["kinds"].items():
+        lines.append(
+            f"  {kind:9s} eps >= {b['eps_lower']:.3f} (ceiling {b['eps_ceiling']:.3f}) over {b['m']} canaries, "
+            f"{b['included']} trained; {b['correct']} of {b['guesses']} guesses right; delta {b['delta']:.2g}"
+        )
+    return lines

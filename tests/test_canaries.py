@@ -79,7 +79,7 @@ def test_canaries_are_drawn_from_the_seed_and_trained_as_many_times_as_they_repe
 
 
 def test_canary_settings_are_checked_and_leave_the_default_ids_alone(tmp_path):
-    with pytest.raises(PrivauditorError, match="split.canaries.kind must be one of account"):
+    with pytest.raises(PrivauditorError, match="split.canaries.kind must be one or more of account"):
         CanarySettings(kind="phone")
     with pytest.raises(PrivauditorError, match=r"split.canaries.repeats must be counts of at least 1"):
         CanarySettings(repeats=(0, 2))
@@ -211,3 +211,40 @@ def test_repeated_canaries_are_exposed_and_an_untrained_models_are_not(tmp_path,
     lines = "\n".join(section).splitlines()
     assert any(line.startswith("| full |") and line.rstrip(" |").endswith("*") for line in lines)  # r = 8
     assert any(line.startswith("| none |") and "*" not in line for line in lines)
+
+
+def test_audit_canaries_of_each_kind_are_built_once_with_independent_coins():
+    """``record`` canaries come from the pool past every split part; ``random`` and ``designed`` ones are
+    written from the base's tokenizer, designed targets being tokens the base finds least likely (so their
+    base NLL is higher than random targets') and never shared between canaries."""
+    from privauditor.tasks.leakage.audit_canaries import PREFIX, complete
+    from privauditor.tasks.models import load_model
+    from privauditor.tasks.passes.scorer import Scorer, identity_of
+
+    settings = CanarySettings(kind=("record", "random", "designed"), count=24, repeats=(1,), inclusion=0.5)
+    split = draw_split(
+        load_dataset("finance"), SplitConfig(members=10, nonmembers=10, validation=5, canaries=settings), 0
+    )
+    parts = {e.target for e in split.members + split.nonmembers + split.validation}
+    records = [c for c in split.canaries if c.kind == "record"]
+    assert len(records) == 24 and not {c.example.target for c in records} & parts
+    assert 4 < sum(c.included for c in split.canaries) < 68  # Binomial(72, 0.5): far inside
+    loaded = load_model("tiny-gpt2")
+    base = Scorer(
+        loaded.model, loaded.tokenizer, False, identity_of(loaded.model, loaded.tokenizer, "b", None, "none")
+    )
+    built = complete(split.canaries, loaded, base, 0, 64)
+    assert [c.example.sample_id for c in built] == [c.example.sample_id for c in split.canaries]
+    assert all(c.base_nll is not None and c.example.target for c in built)
+    by_kind = {k: [c for c in built if c.kind == k] for k in ("random", "designed")}
+    tokens = [
+        loaded.tokenizer(c.example.target, add_special_tokens=False)["input_ids"] for c in by_kind["designed"]
+    ]
+    assert len({t for ids in tokens for t in ids}) == sum(len(ids) for ids in tokens)  # no token shared
+    assert all(
+        len(loaded.tokenizer(c.example.prompt, add_special_tokens=False)["input_ids"]) >= PREFIX // 2
+        for c in by_kind["random"]
+    )
+    mean = {k: np.mean([c.base_nll for c in v]) for k, v in by_kind.items()}
+    assert mean["designed"] > mean["random"] + 1.0, mean
+    assert complete(split.canaries, loaded, base, 0, 64) == built  # seeded: the same canaries again

@@ -25,7 +25,14 @@ SWEEP = {
         "defence": ["none", {"dp": {"epsilon": 1}}, {"dp": {"epsilon": 0.1, "noise": False}}],
     },
     "attacks": ["loss", "zlib"],
-    "split": {"members": 16, "nonmembers": 16, "validation": 8, "repeated": 0.25, "repeats": 4},
+    "split": {
+        "members": 16,
+        "nonmembers": 16,
+        "validation": 8,
+        "repeated": 0.25,
+        "repeats": 4,
+        "canaries": {"kind": "designed", "count": 64, "repeats": [1], "inclusion": 0.5},
+    },
     "train": {"checkpoints": [10, 40], "lr": 0.003},
     "run": {"cpus_per_trial": 1, "max_failures": 0},
 }
@@ -70,11 +77,14 @@ def test_dp_at_epsilon_one_leaves_the_canary_at_chance(swept):
 def test_the_audit_catches_dp_claimed_without_noise(swept):
     out, rows = swept
     control = rows[("full+dp-e0.1-nonoise", 40, "loss")]
-    assert control["auc"] >= 0.95 and control["dp_violation"]
-    assert control["eps_lower"] > control["epsilon"] and control["epsilon"] <= 0.1
+    assert control["auc"] >= 0.95 and control["dp_violation"] and control["one_run_kind"] == "designed"
+    assert control["eps_one_run"] > control["epsilon"] and control["epsilon"] <= 0.1
+    assert control["one_run_canaries"] == 64 and control["eps_one_run"] <= control["eps_one_run_ceiling"]
     findings = (out / "findings.md").read_text()
-    assert "## DP violations" in findings and f"`{control['cell_id']}` epoch 40, `loss`" in findings
+    assert "## DP violations" in findings and f"`{control['cell_id']}` epoch 40: ε ≥" in findings
     assert not any(r["dp_violation"] for k, r in rows.items() if "nonoise" not in k[0])
+    honest = rows[("full+dp-e1", 40, "loss")]
+    assert honest["eps_one_run"] is not None and honest["eps_one_run"] <= honest["epsilon"]
 
 
 def test_members_trained_four_times_score_above_singletons(swept):

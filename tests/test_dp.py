@@ -13,6 +13,7 @@ from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.sweepfile.sweep import parse_sweep
 from privauditor.tasks.data.splits import draw_split
 from privauditor.tasks.datasets import load_dataset
+from privauditor.tasks.defences import default_delta
 from privauditor.tasks.defences.dp import Privacy, noise_multiplier, rdp_epsilon, spent_epsilon
 from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.spec.config import SplitConfig, cell_config
@@ -161,7 +162,9 @@ def test_the_defence_is_in_the_cell_id_and_dp_cannot_run_what_it_cannot_train(ca
     )
     assert "__lora+dp-e1__" in dp.cell_id() and "__lora+dp-e1-nonoise__" in control.cell_id()
     assert "+" not in plain.cell_id() and plain.defence_params == {}
-    assert dp.defence_params["delta"] == pytest.approx(1 / (10 * 100))  # 1 / (10 · trained records)
+    assert dp.defence_params["delta"] == 1e-5  # min(1e-5, n^-1.1): 100^-1.1 = 6.3e-3
+    assert default_delta(100) == 1e-5 and default_delta(10**6) == pytest.approx(1e6**-1.1)
+    assert default_delta(40_000) < 1e-5 and default_delta(30_000) == default_delta(0) == 1e-5
     with pytest.raises(PrivauditorError, match="none trains nothing"):
         cell_config(BASE | {"adaptation": "none"}, ["defence=dp"])
     with pytest.raises(PrivauditorError, match="unknown defence 'dpp'"):

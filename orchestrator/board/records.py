@@ -35,7 +35,7 @@ from privauditor.tasks.spec.resolved import setting_of
 from ..report.row_schema import columns, record_fields
 
 FORMAT = "privauditor-board-record"
-SCHEMA_VERSION = 4  # 3: the extraction rates; 4: PII inference and canary exposure
+SCHEMA_VERSION = 5  # 3: the extraction rates; 4: PII inference and canary exposure; 5: one-run DP audit
 #: the versions this privauditor reads: a record of an earlier one lacks the columns added since
 VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
 PROVENANCE_FIELDS = (

@@ -159,6 +159,15 @@ def _exposure(s: Source, which: str) -> Any:
     return {"repeats": max(means), "top": means[max(means)], "once": means.get(1)}[which]
 
 
+def _one_run(s: Source, which: str) -> Any:
+    """From the checkpoint's one-run DP audit (tasks/leakage/audit_canaries.py; None without one): the
+    largest bound over the canary kinds (Bonferroni over them), that kind's ceiling and canaries, the kind."""
+    found = (s.checkpoint.get("extraction") or {}).get("one_run")
+    if not found or found["kind"] is None:
+        return None
+    return found["kind"] if which == "kind" else found["kinds"][found["kind"]][which]
+
+
 #: the low-FPR columns (:func:`_tpr_columns`)
 TPR_COLUMNS = tuple(c.name for c in _tpr_columns())
 
@@ -201,7 +210,11 @@ ROW: list[Column] = [
     ),  # fmt: skip
     Column("eps_lower", lambda s: s.metrics.get("eps_lower"), level="attack"),
     Column("eps_ceiling", lambda s: s.metrics.get("eps_ceiling"), level="attack"),
-    Column("dp_violation", lambda s: s.attack in s.checkpoint.get("dp_violations", []), "bool", "attack"),
+    Column("eps_one_run", lambda s: _one_run(s, "eps_lower"), since=5),
+    Column("eps_one_run_ceiling", lambda s: _one_run(s, "eps_ceiling"), setting=False, since=5),
+    Column("one_run_canaries", lambda s: _one_run(s, "m"), "int", since=5),
+    Column("one_run_kind", lambda s: _one_run(s, "kind"), "string", setting=False, since=5),
+    Column("dp_violation", lambda s: bool(s.checkpoint.get("dp_violations")), "bool", "attack"),
     Column(
         "auc_repeated_vs_singleton",
         lambda s: s.metrics.get("auc_repeated_vs_singleton"),
@@ -218,7 +231,7 @@ SETTING_ORDER = (
     "setting", "model", "technique", "adaptation", "dataset", "defence", "epsilon_target", "epoch", "step",
     "last", "attack", "access", "n_seeds", "seeds", "runs", "auc", "auc_std", "auc_ci_low", "auc_ci_high",
     "ci_over", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members", "n_nonmembers", "utility_loss",
-    "epsilon", "eps_lower", "eps_bounded", "eps_ceiling", "dp_violation", "trainable_params",
+    "epsilon", "eps_lower", "eps_bounded", "eps_ceiling", "eps_one_run", "one_run_canaries", "dp_violation", "trainable_params",
     "trainable_fraction", "train_seconds", "replicas_agree", "cells",
 )  # fmt: skip
 SETTING_KINDS = {"technique": "string", "last": "bool", "n_seeds": "int", "seeds": "string", "auc_std": "float",
@@ -294,6 +307,10 @@ Row = TypedDict(
         "delta": float | None,
         "eps_lower": float | None,
         "eps_ceiling": float | None,
+        "eps_one_run": float | None,
+        "eps_one_run_ceiling": float | None,
+        "one_run_canaries": int | None,
+        "one_run_kind": str | None,
         "dp_violation": bool | None,
         "auc_repeated_vs_singleton": float | None,
         "setting": str,

@@ -22,7 +22,8 @@ import pyarrow as pa
 
 from ..datasets import Example
 from ..infra.files import read_table, write_json, write_table
-from ..leakage.canaries import Canary, CanarySettings, exposures
+from ..leakage.audit_canaries import audit
+from ..leakage.canaries import KINDS, Canary, CanarySettings, exposures
 from ..leakage.extraction import leakage
 from ..leakage.pii import inference
 from ..passes.scorer import Reference, Scorer
@@ -49,7 +50,8 @@ class Evaluate:
     ``skipped``: the attacks that cannot run (name -> why), as the plan decided
     (:func:`~privauditor.tasks.cell.plan.skip_reason`): they are recorded as skipped and read nothing.
     ``canaries``: the split's canaries and their settings, whose exposures join them too;
-    ``pii_candidates``: with ``pii``, infer each field among that many candidates (``pii_inference``)."""
+    ``pii_candidates``: with ``pii``, infer each field among that many candidates (``pii_inference``);
+    ``one_run``: audit the canaries made for it (one pre-registered checkpoint: a cell's last), at ``delta``."""
 
     out_dir: Path
     shared: Path
@@ -69,6 +71,7 @@ class Evaluate:
     pii: Mapping[str, str] | None = None
     canaries: tuple[tuple[Canary, ...], CanarySettings] | None = None
     pii_candidates: int | None = None
+    one_run: bool = False
     skipped: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -173,10 +176,17 @@ def _extraction(
             max_length=how.max_length, batch_size=how.batch_size, population=parts.get("population", ()),
             trained=trained, resamples=how.bootstrap,
         ))  # fmt: skip
-    if how.canaries is not None and how.canaries[0]:
-        found, settings = how.canaries
+    found, settings = how.canaries or ((), None)
+    accounts = [c for c in found if c.kind in KINDS]
+    if accounts and settings is not None:
         extraction["exposure"] = how.clock(
-            "exposure", lambda: exposures(target, found, settings, how.max_length, how.batch_size, how.seed)
+            "exposure",
+            lambda: exposures(target, accounts, settings, how.max_length, how.batch_size, how.seed),
+        )
+    if how.one_run and settings is not None and settings.audits and how.delta is not None:
+        delta = how.delta
+        extraction["one_run"] = how.clock(
+            "one-run audit", lambda: audit(target, found, delta, how.max_length, how.batch_size)
         )
     return extraction
 

@@ -136,6 +136,8 @@ def prepare(spec: CellSpec, shared: Path, clock: Clock) -> Prepared:
     technique, precision, max_length = spec.technique(), spec.train.precision, spec.train.max_length
     split = clock("split", lambda: draw_split(load_dataset(spec.dataset), spec.split, spec.seed))
     loaded = clock("load_model", lambda: load_model(spec.model))
+    if spec.split.canaries is not None and spec.split.canaries.audits:  # built and scored on the base
+        split = clock("canaries", lambda: with_audit_canaries(split, loaded, spec.seed, max_length))
     technique.check_family(loaded.family.name)
     virtual = getattr(technique, "virtual_tokens", 0) if technique.prompt_learning else 0
     contexts, demonstrations = technique.contexts(split, spec.seed) if technique.in_context else (None, None)
@@ -222,6 +224,18 @@ def check_context(max_length: int, virtual: int, loaded: Any, name: str, demonst
         raise PrivauditorError(
             f"train.max_length {max_length}{extra} exceeds {name}'s context of {positions} positions{hint}"
         )
+
+
+def with_audit_canaries(split: Any, loaded: Any, seed: int, max_length: int) -> Any:
+    """``split`` with its audit canaries written and their base NLLs measured (tasks/leakage/audit_canaries.py)."""
+    import dataclasses
+
+    from ..leakage.audit_canaries import complete
+    from ..passes.scorer import Scorer, identity_of
+
+    identity = identity_of(loaded.model, loaded.tokenizer, "base", None, "none")
+    base = Scorer(loaded.model, loaded.tokenizer, loaded.seq2seq, identity)
+    return dataclasses.replace(split, canaries=complete(split.canaries, loaded, base, seed, max_length))
 
 
 def reference_for(spec: CellSpec, loaded: Any, base_identity: Any, trains: bool = True) -> Any:

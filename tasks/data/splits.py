@@ -10,8 +10,9 @@ The parts, defined here once:
 - ``known_members``: trained on, never scored: prefixes of known members for attacks that use them;
 - ``canaries`` (``split.canaries``): records of a fixed format with a random secret, trained on (each
   ``repeats`` times, if included), never scored by an attack: their exposure is measured instead
-  (:mod:`privauditor.tasks.leakage.canaries`). Drawn from the seed, not from the pool, so the other parts stay
-  as they are.
+  (:mod:`privauditor.tasks.leakage.canaries`); or the one-run DP audit's canaries
+  (:mod:`privauditor.tasks.leakage.audit_canaries`). Drawn from the seed, or (``record`` canaries) from the
+  pool past every other part, so the other parts stay as they are.
 
 Duplication (``repeated``, ``repeats``): the first ``round(repeated · members)`` members (a random subset,
 the pool being shuffled) are cut into equal groups, one per entry of ``repeats``, and each group's members
@@ -135,6 +136,7 @@ def _draw(data: LoadedDataset, pool: tuple[Example, ...], pool_hash: str, sizes:
     groups = tuple(getattr(sizes, "repeats", (1,)))
     repeated = tuple((e, groups[i * len(groups) // len(chosen)]) for i, e in enumerate(chosen))
     settings = getattr(sizes, "canaries", None)
-    canaries = make_canaries(settings, seed) if settings is not None else ()
+    rest = tuple(pool[i] for i in order[start:])  # record canaries come from here
+    canaries = make_canaries(settings, seed, rest) if settings is not None else ()
     return Split(dataset=data.name, seed=seed, dataset_sha256=pool_hash, repeated=repeated, canaries=canaries,
                  **parts)  # fmt: skip

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 
-def default_delta(trained: int) -> float:
-    """δ when none is set: 1 / (10 · trained records), below 1 / records as DP's meaning asks (also the δ
-    of every attack's empirical lower bound on ε in a cell without a defence)."""
-    return 1.0 / (10 * max(1, trained))
+def default_delta(units: int) -> float:
+    """δ when none is set: min(1e-5, n^-1.1) for n privacy units, the distinct records the run trains on
+    (members and known members; a record's extra copies and the canaries are not counted). δ must be well
+    below 1/n: a mechanism that publishes one record in the clear at random is (0, 1/n)-DP. Also the δ of
+    every empirical lower bound on ε in a cell without a defence."""
+    return min(1e-5, max(1, units) ** -1.1)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ of Mironov, Talwar and Zhang 2019, converted as in Balle et al. 2020), from the 
 Limits: the model trains in eval mode (no dropout: per-sample gradients recompute module forwards); one
 process (no DeepSpeed, no data-parallel workers: a one-line error); each record's loss is the mean NLL of
 its target tokens. ``noise: false`` adds no noise while still claiming the target ε: it exists as the
-empirical audit's positive control and is never a defence.
+empirical audit's positive control and is never a defence; ``noise_scale`` below 1 (a planted bug: the
+noise added is ``noise_scale`` · σ while the record claims σ's ε) is the control a weak audit could miss.
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ class DPSettings:
     """``defence_params.dp``."""
 
     epsilon: float = 8.0  # the target ε, spent by the last step
-    delta: float | None = None  # None: 1 / (10 · trained records)
+    delta: float | None = None  # None: min(1e-5, n^-1.1), n distinct trained records (default_delta)
     max_grad_norm: float = 1.0  # the per-record clipping norm C
     noise: bool = True  # false: clip only, still claiming epsilon (the audit's positive control)
+    noise_scale: float = (
+        1.0  # below 1: less noise than the accounting claims (a planted bug, never a defence)
+    )
 
     def __post_init__(self) -> None:
         if not self.epsilon > 0 or not math.isfinite(self.epsilon):
@@ -56,6 +60,10 @@ class DPSettings:
         if self.delta is not None and not 0 < self.delta < 1:
             raise PrivauditorError(
                 f"defence_params.dp.delta must lie in (0, 1) or be null, not {self.delta!r}"
+            )
+        if not 0 < self.noise_scale <= 1:
+            raise PrivauditorError(
+                f"defence_params.dp.noise_scale must lie in (0, 1], not {self.noise_scale!r}"
             )
         if not self.max_grad_norm > 0:
             raise PrivauditorError(
@@ -81,7 +89,7 @@ class DPDefence(Defence):
         settings = build(DPSettings, params, "defence_params.dp")
         delta = default_delta(trained) if settings.delta is None else settings.delta
         return {"epsilon": settings.epsilon, "delta": delta, "max_grad_norm": settings.max_grad_norm,
-                "noise": settings.noise, "version": DP_VERSION}  # fmt: skip
+                "noise": settings.noise, "noise_scale": settings.noise_scale, "version": DP_VERSION}  # fmt: skip
 
     def unsupported_reason(self, technique: Any, workers: int, deepspeed: Any) -> str | None:
         if not technique.trains:
@@ -91,8 +99,9 @@ class DPDefence(Defence):
         return None
 
     def tag(self, resolved: dict[str, Any]) -> str:
-        """``+dp-e<ε>`` (``-nonoise`` for the audit's positive control)."""
-        noise = "" if resolved.get("noise", True) else "-nonoise"
+        """``+dp-e<ε>`` (``-nonoise`` / ``-noise<scale>`` for the audit's controls)."""
+        scale = resolved.get("noise_scale", 1.0)
+        noise = "-nonoise" if not resolved.get("noise", True) else "" if scale == 1 else f"-noise{scale:g}"
         return f"+dp-e{resolved['epsilon']:g}{noise}"
 
     def guard(self, resolved: dict[str, Any], run: TrainingRun) -> Guard:
@@ -105,7 +114,9 @@ class DPDefence(Defence):
         )
 
     def summary(self, record: dict[str, Any], checkpoint: dict[str, Any]) -> str:
-        noise = "noise added" if record["noise_applied"] else "NO NOISE: the audit control"
+        scale = record.get("noise_scale", 1.0)
+        noise = ("NO NOISE: the audit control" if not record["noise_applied"] else "noise added" if scale == 1
+                 else f"NOISE AT {scale:g} OF SIGMA: the planted bug")  # fmt: skip
         return (f"DP-SGD: eps spent {checkpoint['epsilon']:.3f} of {record['epsilon_target']:g} at delta "
                 f"{record['delta']:.2g} (noise multiplier {record['noise_multiplier']:.3f}, {noise})")  # fmt: skip
 
@@ -184,6 +195,7 @@ class Privacy:
     batch_size: int
     epochs: int
     seed: int
+    noise_scale: float = 1.0  # the planted bug's: the noise added, as a share of sigma
 
     @property
     def steps_per_epoch(self) -> int:
@@ -202,7 +214,7 @@ class Privacy:
     @classmethod
     def of(cls, params: dict[str, Any], records: int, batch_size: int, epochs: int, seed: int) -> Privacy:
         return cls(params["epsilon"], params["delta"], params["max_grad_norm"], params["noise"], records,
-                   batch_size, epochs, seed)  # fmt: skip
+                   batch_size, epochs, seed, params.get("noise_scale", 1.0))  # fmt: skip
 
     def spent(self, step: int, sigma: float) -> float:
         """ε spent after ``step`` steps."""
@@ -232,6 +244,7 @@ class Privacy:
             "delta": self.delta,
             "noise_multiplier": sigma,
             "noise_applied": self.noise,
+            "noise_scale": self.noise_scale,
             "max_grad_norm": self.max_grad_norm,
             "sample_rate": self.sample_rate,
             "steps": steps,
@@ -283,7 +296,7 @@ class DPStep:
         self.layouts: dict[Any, Any] = {}
         inner = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
         self.optimizer = DPOptimizer(
-            inner, noise_multiplier=sigma if privacy.noise else 0.0, max_grad_norm=privacy.max_grad_norm,
+            inner, noise_multiplier=sigma * privacy.noise_scale if privacy.noise else 0.0, max_grad_norm=privacy.max_grad_norm,
             expected_batch_size=privacy.batch_size, generator=torch.Generator().manual_seed(privacy.seed + 1),
         )  # fmt: skip
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(inner, warmup_then_constant(warmup))

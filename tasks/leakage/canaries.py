@@ -40,15 +40,19 @@ from ..infra.errors import PrivauditorError
 
 #: the canaries' formats: the text before the secret (``{person}``: a Faker en_US first and last name)
 KINDS = {"account": "The account number of {person} is"}
+#: canaries without a secret, for the one-run DP audit (:mod:`privauditor.tasks.leakage.audit_canaries`)
+AUDIT_KINDS = ("record", "random", "designed")
 
 
 @dataclass(frozen=True)
 class CanarySettings:
-    """``split.canaries``: ``count`` canaries of the ``kind`` format for each entry of ``repeats`` (how many
-    times each is trained), secrets of ``digits`` digits; ``inclusion``: the probability that a canary is
-    inserted at all; exposure exact up to ``exact_limit`` candidates, else estimated from ``samples``."""
+    """``split.canaries``: ``count`` canaries of each ``kind`` (one name or a list) for each entry of
+    ``repeats`` (how many times each is trained), secrets of ``digits`` digits; ``inclusion``: the
+    probability that a canary is inserted at all; exposure exact up to ``exact_limit`` candidates, else
+    estimated from ``samples``. ``account`` canaries measure exposure; the :data:`AUDIT_KINDS` (no secret)
+    are the one-run DP audit's, which needs ``inclusion`` 0.5 and reads the canaries trained once."""
 
-    kind: str = "account"
+    kind: str | tuple[str, ...] = "account"
     count: int = 4
     repeats: tuple[int, ...] = (1, 2, 4, 8, 16)
     digits: int = 3
@@ -57,10 +61,13 @@ class CanarySettings:
     samples: int = 1000
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
+        kinds = (self.kind,) if isinstance(self.kind, str) else tuple(self.kind)
+        known = (*KINDS, *AUDIT_KINDS)
+        if not kinds or any(k not in known for k in kinds) or len(set(kinds)) < len(kinds):
             raise PrivauditorError(
-                f"split.canaries.kind must be one of {', '.join(KINDS)}, not {self.kind!r}"
+                f"split.canaries.kind must be one or more of {', '.join(known)}, not {self.kind!r}"
             )
+        object.__setattr__(self, "kind", kinds[0] if len(kinds) == 1 else kinds)
         for name, low in (("count", 1), ("digits", 1), ("exact_limit", 1), ("samples", 10)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -79,6 +86,15 @@ class CanarySettings:
             )
 
     @property
+    def kinds(self) -> tuple[str, ...]:
+        return (self.kind,) if isinstance(self.kind, str) else tuple(self.kind)
+
+    @property
+    def audits(self) -> bool:
+        """Whether the canaries make a one-run audit: audit kinds among them, coins of probability ½."""
+        return self.inclusion == 0.5 and any(k in AUDIT_KINDS for k in self.kinds)
+
+    @property
     def space(self) -> int:
         """|R|: how many secrets the format has."""
         return 10**self.digits
@@ -94,30 +110,53 @@ class Canary:
     secret: str
     repeats: int
     included: bool
+    kind: str = "account"
+    base_nll: float | None = None  # an audit canary's mean target NLL under the un-adapted base
 
 
 def spaced(secret: str) -> str:
     return " ".join(secret)
 
 
-def make_canaries(settings: CanarySettings, seed: int) -> tuple[Canary, ...]:
-    """The canaries of a split with this seed: names from Faker, secrets uniform over the format's space,
-    inclusion drawn with probability ``settings.inclusion``, all from one generator seeded by the seed."""
+def make_canaries(settings: CanarySettings, seed: int, rest: Sequence[Example] = ()) -> tuple[Canary, ...]:
+    """The canaries of a split with this seed, kind by kind, each kind from one generator seeded by the seed
+    and the kind: ``account`` names from Faker and secrets uniform over the format's space; ``record``
+    canaries are the first of ``rest`` (the shuffled pool past every split part); ``random`` and
+    ``designed`` ones are placeholders that :func:`~privauditor.tasks.leakage.audit_canaries.complete`
+    writes once the tokenizer is loaded. Inclusion is drawn with probability ``settings.inclusion``."""
+    found: list[Canary] = []
+    for kind in settings.kinds:
+        rng = random.Random(f"canaries:{kind}:{seed}")
+        if kind in KINDS:
+            found += _accounts(settings, kind, rng, len(found))
+            continue
+        if kind == "record" and len(rest) < settings.count * len(settings.repeats):
+            raise PrivauditorError(
+                f"split.canaries: {settings.count * len(settings.repeats)} record canaries asked, but the "
+                f"pool has {len(rest)} records past the split's parts"
+            )
+        for j, repeats in enumerate(r for r in settings.repeats for _ in range(settings.count)):
+            record = rest[j] if kind == "record" else Example("", "", "")
+            example = Example(f"canary-{kind}-{j:04d}", record.prompt, record.target)
+            found.append(Canary(example, "", "", repeats, rng.random() < settings.inclusion, kind))
+    return tuple(found)
+
+
+def _accounts(settings: CanarySettings, kind: str, rng: random.Random, start: int) -> list[Canary]:
     from faker import Faker
 
-    rng = random.Random(f"canaries:{settings.kind}:{seed}")
     fake = Faker("en_US")
     fake.seed_instance(rng.randrange(2**32))
     found = []
     for repeats in settings.repeats:
         for _ in range(settings.count):
-            before = KINDS[settings.kind].format(person=f"{fake.first_name()} {fake.last_name()}")
+            before = KINDS[kind].format(person=f"{fake.first_name()} {fake.last_name()}")
             secret = str(rng.randrange(settings.space)).zfill(settings.digits)
             included = rng.random() < settings.inclusion
-            index = len(found)
+            index = start + len(found)
             example = Example(f"canary-{index:03d}", "", f"{before} {spaced(secret)}")
             found.append(Canary(example, before, secret, repeats, included))
-    return tuple(found)
+    return found
 
 
 def secret_logprob(

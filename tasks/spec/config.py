@@ -64,7 +64,9 @@ class CellConfig:
         technique = build_adaptation(self.adaptation, self.adaptation_params.get(self.adaptation))
         defence = get_defence(self.defence)
         if defence is not None:
-            defence.resolve(self.defence_params.get(self.defence), self.split.members)
+            defence.resolve(
+                self.defence_params.get(self.defence), self.split.members + self.split.known_members
+            )
             reason = defence.unsupported_reason(technique, self.train.workers, self.train.deepspeed)
             if reason:
                 raise PrivauditorError(f"cannot run {self.model} × {self.adaptation}: {reason}")

@@ -1,4 +1,10 @@
-"""Empirical privacy auditing: a lower bound on ε from one attack's member / non-member decisions.
+"""A heuristic lower bound on ε from one attack's member / non-member decisions (not a DP audit: the
+one-run canary bound of :mod:`privauditor.tasks.stats.one_run` is).
+
+Heuristic because its two premises do not hold in one run: a split has a fixed size, so a record left out
+means another one in (substitution, under which add/remove (ε, δ)-DP gives only about (2ε, (1 + e^ε)δ)),
+and one run's records are not independent trials. It never flags a DP violation; it reads as a
+measure of separation on the ε scale.
 
 The method is Jagielski, Ullman and Oprea 2020 ("Auditing differentially private machine learning"):
 an (ε, δ)-DP training run bounds every test that tells members from non-members, FPR + e^ε · FNR ≥ 1 − δ
@@ -27,7 +33,9 @@ from typing import Any
 
 import numpy as np
 
-METHOD = "Jagielski et al. 2020, Clopper-Pearson, Bonferroni over thresholds (alpha 0.05)"
+METHOD = (
+    "heuristic: Jagielski et al. 2020 on one fixed-size split, Clopper-Pearson, Bonferroni over thresholds"
+)
 ALPHA = 0.05
 
 
