@@ -194,3 +194,43 @@ def test_a_sweep_crosses_defences_and_drops_what_dp_cannot_train():
     with pytest.raises(PrivauditorError, match="matrix.defence entry"):
         parse_sweep({"matrix": {"model": ["tiny-gpt2"], "adaptation": ["lora"], "dataset": ["finance"],
                                 "defence": [["dp"]]}})  # fmt: skip
+
+
+def test_user_level_dp_samples_whole_units_and_clips_a_units_copies_once():
+    """``unit: user``: a record's copies are one privacy unit. Units are Poisson-sampled at q = batch size /
+    units (all copies of a drawn unit in its batch), and a unit's gradient is the sum over its copies,
+    clipped once: here a record trained 3 times beside 2 singletons."""
+    from privauditor.tasks.adaptations import build_adaptation
+    from privauditor.tasks.defences.dp import copies
+
+    units = (0, 1, 2, 0, 0)  # record 0 trained three times
+    privacy = Privacy(1.0, 1e-5, 0.05, False, records=5, batch_size=2, epochs=40, seed=0, units=units)
+    assert privacy.count == 3 and privacy.sample_rate == pytest.approx(2 / 3) and privacy.steps_per_epoch == 2
+    sampler = privacy.sampler()
+    batches = [b for epoch in range(40) for b in sampler(epoch)]
+    assert all(({0, 3, 4} <= set(b)) or not ({0, 3, 4} & set(b)) for b in batches)  # copies go together
+    assert abs(np.mean([0 in b for b in batches]) - 2 / 3) < 0.08
+    record = privacy.record(1.0, 10)
+    assert record["unit"] == "user" and record["units"] == 3
+
+    family, tokenizer, base = fresh_base("gpt2")
+    model = apply_seeded(build_adaptation("lora", None), base, family, seed=0)
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    LocalStep(model, list(params.values()), 1e-2, 1)(_batch(tokenizer, 4), 1.0)  # LoRA's B non-zero
+    examples = load_dataset("finance").examples[:3]
+    rows = [examples[0], examples[1], examples[0], examples[2], examples[0]]
+    batch = collate(encode(tokenizer, rows, 64, False), tokenizer.pad_token_id, False)
+    assert copies(batch).tolist() == [0, 1, 0, 2, 0]
+    step = privacy.make_step(sigma=3.0, seq2seq=False)(model, list(params.values()), 0.0, 1)
+    own, _ = step.grad_samples(batch)
+    clip = privacy.max_grad_norm
+    expected = {n: torch.zeros_like(p) for n, p in params.items()}
+    for group in ([0, 2, 4], [1], [3]):
+        summed = {n: own[n][group].sum(0) for n in params}
+        norm = math.sqrt(sum(float(g.pow(2).sum()) for g in summed.values()))
+        assert norm > clip  # every unit is clipped here, the repeated one once
+        for n in params:
+            expected[n] += summed[n] * clip / (norm + 1e-6) / privacy.batch_size
+    step(batch, 1.0)
+    for n, p in params.items():
+        assert torch.allclose(p.grad, expected[n], rtol=1e-3, atol=1e-7), n

@@ -42,7 +42,7 @@ from .answer import answer
 from .battery import ALPHA, Battery, battery_of
 from .exposure import exposure_section
 from .extraction import extraction_section
-from .findings_tables import defence_table, duplication_table, violations
+from .findings_tables import defence_table, duplication_table, one_run_table, violations
 from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
 from .headline import ATTACK, view_of
@@ -97,7 +97,8 @@ def findings(
     lines = ["# Findings", ""] + violations(rows) + answer(out, main, context)
     if other is not None:
         lines += against(rows, other[1], (out.name, other[0]), attack, view)
-    extra = defence_table(rows, attack) + duplication_table(out, rows, attack) + where_ran(out, rows)
+    extra = defence_table(rows, attack) + one_run_table(out, rows) + duplication_table(out, rows, attack)
+    extra += where_ran(out, rows)
     if not found:
         return "\n".join(lines + [f"No finished undefended cell ran `{attack}`.", ""] + extra)
     lines += _strongest(rows, view, main)

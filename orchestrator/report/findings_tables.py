@@ -112,3 +112,42 @@ def duplication_table(out: Path, rows: list[Row], attack: str) -> list[str]:
             "same non-members, and the AUC of repeated members against singletons (0.5: no difference), at "
             "every checkpoint:", "",
             markdown_table(header, body), ""]  # fmt: skip
+
+
+def one_run_table(out: Path, rows: list[Row]) -> list[str]:
+    """The one-run DP audit section: per cell at its last checkpoint, each canary kind's lower bound on ε
+    with its ceiling, and the largest over the target (empty without an audited cell)."""
+    last = [r for r in final(rows) if r.get("eps_one_run") is not None]
+    cells = {r["cell_id"]: r for r in last}
+    if not cells:
+        return []
+    found = []
+    for cell_id, r in cells.items():
+        checkpoint = next(
+            c for c in Results(out).cell(cell_id).record()["checkpoints"] if c["step"] == r["step"]
+        )
+        found.append((r, checkpoint["extraction"]["one_run"]))
+    kinds = sorted({k for _, audit in found for k in audit["kinds"]})
+    body = []
+    for r, audit in sorted(found, key=lambda x: (x[0]["model"], x[0]["adaptation"], x[0]["cell_id"])):
+        target = r["epsilon_target"]
+        by = audit["kinds"]
+        cells_ = [
+            f"{_fmt(by[k]['eps_lower'])} ({_fmt(by[k]['eps_ceiling'])})" if k in by else "-" for k in kinds
+        ]
+        ratio = "-" if target is None else _fmt(audit["eps_lower"] / target)
+        body.append([r["model"], technique_of(r["cell_id"], r["adaptation"]), _target(r), *cells_, ratio,
+                     "yes" if r.get("dp_violation") else ""])  # fmt: skip
+    m = sorted({b["m"] for _, audit in found for b in audit["kinds"].values()})
+    header = ["model", "technique", "ε target", *(f"`{k}` ε̂ (ceiling)" for k in kinds), "ε̂ / ε", "violation"]
+    return ["## One-run DP audit", "",
+            f"Steinke et al. 2023's one-run lower bound on ε over canaries each trained by its own fair coin "
+            f"({', '.join(map(str, m))} per kind), at the last checkpoint: add/remove adjacency, 95 % with "
+            "Bonferroni over the kinds and the guess counts, so each ε̂ is a lower bound and ε̂ / ε the share of the "
+            "claim it confirms (the largest kind's). Rows with `-noise` in the technique are planted bugs (noise "
+            "below the σ the accounting assumes): controls, outside every ranking.", "",
+            markdown_table(header, body), ""]  # fmt: skip
+
+
+def _target(r: Row) -> str:
+    return "∞" if r["epsilon_target"] is None else f"{r['epsilon_target']:g}"

@@ -32,8 +32,11 @@ def train_cell(  # noqa: PLR0913  # what the cell has loaded and drawn, and how 
 
     defence, guard = spec.defence_plugin(), None
     if defence is not None:
+        ids = [e.sample_id for e in split.trained]
+        unit_of = {i: n for n, i in enumerate(dict.fromkeys(ids))}  # a record's copies share its unit
+        units = tuple(unit_of[i] for i in ids)
         run = TrainingRun(
-            len(split.trained), spec.train.batch_size, spec.train.epochs, spec.seed, loaded.seq2seq
+            len(split.trained), spec.train.batch_size, spec.train.epochs, spec.seed, loaded.seq2seq, units
         )
         guard = clock(defence.stage, lambda: defence.guard(spec.defence_params, run))
     if spec.train.deepspeed is not None:

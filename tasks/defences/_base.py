@@ -19,13 +19,15 @@ def default_delta(units: int) -> float:
 @dataclass(frozen=True)
 class TrainingRun:
     """What a defence's training hooks are built for: the trained records (repeats counted), the batch
-    size, the epochs, the cell's seed and whether the model is an encoder-decoder."""
+    size, the epochs, the cell's seed, whether the model is an encoder-decoder, and each trained record's
+    unit (a record and its copies share one; user-level DP samples and clips by unit)."""
 
     records: int
     batch_size: int
     epochs: int
     seed: int
     seq2seq: bool
+    units: tuple[int, ...] = ()  # each trained record's privacy unit: its copies share one
 
 
 @dataclass

@@ -50,9 +50,8 @@ class DPSettings:
     delta: float | None = None  # None: min(1e-5, n^-1.1), n distinct trained records (default_delta)
     max_grad_norm: float = 1.0  # the per-record clipping norm C
     noise: bool = True  # false: clip only, still claiming epsilon (the audit's positive control)
-    noise_scale: float = (
-        1.0  # below 1: less noise than the accounting claims (a planted bug, never a defence)
-    )
+    noise_scale: float = 1.0  # below 1: less noise than the accounting claims (a planted bug)
+    unit: str = "record"  # "user": every copy of a record is one privacy unit (user-level DP)
 
     def __post_init__(self) -> None:
         if not self.epsilon > 0 or not math.isfinite(self.epsilon):
@@ -65,6 +64,8 @@ class DPSettings:
             raise PrivauditorError(
                 f"defence_params.dp.noise_scale must lie in (0, 1], not {self.noise_scale!r}"
             )
+        if self.unit not in ("record", "user"):
+            raise PrivauditorError(f"defence_params.dp.unit must be record or user, not {self.unit!r}")
         if not self.max_grad_norm > 0:
             raise PrivauditorError(
                 f"defence_params.dp.max_grad_norm must be a number > 0, not {self.max_grad_norm!r}"
@@ -89,7 +90,7 @@ class DPDefence(Defence):
         settings = build(DPSettings, params, "defence_params.dp")
         delta = default_delta(trained) if settings.delta is None else settings.delta
         return {"epsilon": settings.epsilon, "delta": delta, "max_grad_norm": settings.max_grad_norm,
-                "noise": settings.noise, "noise_scale": settings.noise_scale, "version": DP_VERSION}  # fmt: skip
+                "noise": settings.noise, "noise_scale": settings.noise_scale, "unit": settings.unit, "version": DP_VERSION}  # fmt: skip
 
     def unsupported_reason(self, technique: Any, workers: int, deepspeed: Any) -> str | None:
         if not technique.trains:
@@ -102,13 +103,16 @@ class DPDefence(Defence):
         """``+dp-e<ε>`` (``-nonoise`` / ``-noise<scale>`` for the audit's controls)."""
         scale = resolved.get("noise_scale", 1.0)
         noise = "-nonoise" if not resolved.get("noise", True) else "" if scale == 1 else f"-noise{scale:g}"
-        return f"+dp-e{resolved['epsilon']:g}{noise}"
+        user = "-user" if resolved.get("unit") == "user" else ""
+        return f"+dp-e{resolved['epsilon']:g}{user}{noise}"
 
     def guard(self, resolved: dict[str, Any], run: TrainingRun) -> Guard:
-        privacy = Privacy.of(resolved, run.records, run.batch_size, run.epochs, run.seed)
+        units = run.units if resolved.get("unit") == "user" else ()
+        privacy = Privacy.of(resolved, run.records, run.batch_size, run.epochs, run.seed, units)
         sigma = privacy.sigma
         return Guard(
-            loop={"make_step": privacy.make_step(sigma, run.seq2seq), "sampler": privacy.sampler()},
+            loop={"make_step": privacy.make_step(sigma, run.seq2seq), "sampler": privacy.sampler(),
+                  "steps_per_epoch": privacy.steps_per_epoch},  # fmt: skip
             record=lambda steps: privacy.record(sigma, steps),
             spent=lambda step: privacy.spent(step, sigma),
         )
@@ -196,14 +200,21 @@ class Privacy:
     epochs: int
     seed: int
     noise_scale: float = 1.0  # the planted bug's: the noise added, as a share of sigma
+    units: tuple[int, ...] = ()  # user-level DP: each trained record's privacy unit (empty: its own)
+
+    @property
+    def count(self) -> int:
+        """Privacy units: the distinct units under user-level DP, else the trained records."""
+        return len(set(self.units)) if self.units else self.records
 
     @property
     def steps_per_epoch(self) -> int:
-        return -(-self.records // self.batch_size)
+        return -(-self.count // self.batch_size)
 
     @property
     def sample_rate(self) -> float:
-        return min(1.0, self.batch_size / self.records)
+        """q: the expected units of a batch over the units."""
+        return min(1.0, self.batch_size / self.count)
 
     @property
     def sigma(self) -> float:
@@ -212,9 +223,10 @@ class Privacy:
         )
 
     @classmethod
-    def of(cls, params: dict[str, Any], records: int, batch_size: int, epochs: int, seed: int) -> Privacy:
+    def of(cls, params: dict[str, Any], records: int, batch_size: int, epochs: int, seed: int,
+           units: tuple[int, ...] = ()) -> Privacy:  # fmt: skip
         return cls(params["epsilon"], params["delta"], params["max_grad_norm"], params["noise"], records,
-                   batch_size, epochs, seed, params.get("noise_scale", 1.0))  # fmt: skip
+                   batch_size, epochs, seed, params.get("noise_scale", 1.0), units)  # fmt: skip
 
     def spent(self, step: int, sigma: float) -> float:
         """ε spent after ``step`` steps."""
@@ -245,6 +257,8 @@ class Privacy:
             "noise_multiplier": sigma,
             "noise_applied": self.noise,
             "noise_scale": self.noise_scale,
+            "unit": "user" if self.units else "record",
+            "units": self.count,
             "max_grad_norm": self.max_grad_norm,
             "sample_rate": self.sample_rate,
             "steps": steps,
@@ -253,8 +267,8 @@ class Privacy:
 
 
 class PoissonSampler:
-    """A DP run's ``sampler(epoch)``: each record in each of the epoch's batches with the sample rate, drawn
-    from a ``generator`` of its own (exposed, so a saved training state holds it,
+    """A DP run's ``sampler(epoch)``: each record (each unit, with all its records, under user-level DP) in
+    each of the epoch's batches with the sample rate, drawn from a ``generator`` of its own (exposed, so a saved training state holds it,
     :mod:`privauditor.tasks.training.resume`)."""
 
     def __init__(self, privacy: Privacy) -> None:
@@ -267,8 +281,12 @@ class PoissonSampler:
         import torch
 
         privacy = self.privacy
-        draws = torch.rand(privacy.steps_per_epoch, privacy.records, generator=self.generator)
-        return [row.nonzero().flatten().tolist() for row in draws < privacy.sample_rate]
+        draws = torch.rand(privacy.steps_per_epoch, privacy.count, generator=self.generator)
+        drawn = [row.nonzero().flatten().tolist() for row in draws < privacy.sample_rate]
+        if not privacy.units:
+            return drawn
+        members = records_by_unit(privacy.units)  # a drawn unit brings every copy of its record
+        return [[i for unit in batch for i in members[unit]] for batch in drawn]
 
 
 class DPStep:
@@ -290,7 +308,7 @@ class DPStep:
 
         from ..training.loop import warmup_then_constant
 
-        self.model, self.seq2seq = model, seq2seq
+        self.model, self.seq2seq, self.user = model, seq2seq, bool(privacy.units)
         names = {id(p): n for n, p in model.named_parameters()}
         self.params = {names[id(p)]: p for p in parameters}
         self.layouts: dict[Any, Any] = {}
@@ -323,8 +341,35 @@ class DPStep:
         labels = batch["labels"] if self.seq2seq else batch["labels"][:, 1:]
         tokens = (labels != -100).sum(1).to(losses.dtype)
         self.optimizer.zero_grad(set_to_none=True)
+        if self.user and weight:  # user-level: a unit's copies are one gradient, clipped once
+            rows = copies(batch)
+            grads = {
+                n: g.new_zeros((int(rows.max()) + 1, *g.shape[1:])).index_add_(0, rows, g)
+                for n, g in grads.items()
+            }
         for name, p in self.params.items():  # an empty Poisson batch (weight 0) keeps no record
             p.grad_sample = grads[name].to(p.dtype) if weight else grads[name][:0].to(p.dtype)
         self.optimizer.step()
         self.scheduler.step()
         return (losses * tokens).sum() / tokens.sum().clamp_min(1) if weight else torch.tensor(0.0)
+
+
+def records_by_unit(units: tuple[int, ...]) -> dict[int, list[int]]:
+    """Unit -> the indices of its trained records (a record and its copies)."""
+    found: dict[int, list[int]] = {}
+    for index, unit in enumerate(units):
+        found.setdefault(unit, []).append(index)
+    return found
+
+
+def copies(batch: dict[str, Any]) -> Any:
+    """Per row of ``batch``, the index of its group of identical rows (a record's copies: same tokens and
+    labels) in order of first appearance: what a user-level step sums before clipping."""
+    import torch
+
+    seen: dict[tuple[int, ...], int] = {}
+    rows = []
+    for ids, mask, labels in zip(batch["input_ids"], batch["attention_mask"], batch["labels"], strict=True):
+        key = (*ids[mask.bool()].tolist(), -1, *labels[labels != -100].tolist())
+        rows.append(seen.setdefault(key, len(seen)))
+    return torch.tensor(rows, device=batch["input_ids"].device)

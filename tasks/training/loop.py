@@ -242,7 +242,8 @@ class Loop:
     batch; ``make_step(model, parameters, lr, warmup)`` builds the step function (``LocalStep`` here, a
     DeepSpeed engine under Ray Train) and the recorded losses are the mean over all ranks' tokens.
     ``sampler(epoch)`` gives an epoch's batches as lists of example indices, possibly empty (DP-SGD's
-    Poisson sampling, :mod:`privauditor.tasks.defences.dp`; ``steps_per_epoch`` of them); by default each epoch
+    Poisson sampling, :mod:`privauditor.tasks.defences.dp`; ``steps_per_epoch`` of them, by default as many as
+    batches of the configured size cover the examples); by default each epoch
     is a seeded permutation cut into batches of the configured size (a sampler that draws from a generator of
     its own exposes it as ``generator``, so a saved state can hold it).
 
@@ -257,6 +258,7 @@ class Loop:
     checkpoints: Sequence[float] = ()
     on_checkpoint: Callable[[float, int], None] | None = None
     sampler: Callable[[int], list[list[int]]] | None = None
+    steps_per_epoch: int | None = None
     resume: Any = None
 
 
@@ -272,7 +274,7 @@ def train(
     record."""
     assert config.lr is not None and config.epochs is not None, "resolve the technique's defaults first"
     result = TrainResult(epochs=config.epochs, lr=config.lr)
-    steps_per_epoch = -(-len(examples) // config.batch_size)
+    steps_per_epoch = loop.steps_per_epoch or -(-len(examples) // config.batch_size)
     wanted = checkpoint_steps(loop.checkpoints, steps_per_epoch)
     snapshot = _Snapshots(result=result, wanted=wanted, on_checkpoint=loop.on_checkpoint)
     parameters = [p for p in model.parameters() if p.requires_grad]
