@@ -82,6 +82,8 @@ def test_the_audit_catches_dp_claimed_without_noise(swept):
     assert control["one_run_canaries"] == 64 and control["eps_one_run"] <= control["eps_one_run_ceiling"]
     findings = (out / "findings.md").read_text()
     assert "## DP violations" in findings and f"`{control['cell_id']}` epoch 40: ε ≥" in findings
+    audit = findings.split("## One-run DP audit")[1].split("\n## ")[0]
+    assert "| full+dp-e0.1-nonoise | 0.1 |" in audit and audit.count("| yes |") == 1
     assert not any(r["dp_violation"] for k, r in rows.items() if "nonoise" not in k[0])
     honest = rows[("full+dp-e1", 40, "loss")]
     assert honest["eps_one_run"] is not None and honest["eps_one_run"] <= honest["epsilon"]

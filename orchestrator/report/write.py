@@ -49,6 +49,12 @@ def write_findings(
     return text
 
 
+def named_section(findings_md: str, title: str) -> str:
+    """The section of ``findings.md`` headed ``## <title>`` ("" without one)."""
+    found = [part for part in findings_md.split("\n## ") if part.startswith(title + "\n")]
+    return "## " + found[0].strip() if found else ""
+
+
 def answer_section(findings_md: str) -> str:
     """The Answer of ``findings.md`` (its first section), as the end of a run prints it."""
     sections = findings_md.split("\n## ")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from privauditor.orchestrator.report.write import answer_section, leaderboard, write_findings
+from privauditor.orchestrator.report.write import answer_section, leaderboard, named_section, write_findings
 from privauditor.orchestrator.sweepfile.sweep import Sweep
 from privauditor.tasks.infra.files import write_text
 from privauditor.tasks.infra.results import Results
@@ -129,7 +129,11 @@ def _report(sweep: Sweep, results: Results, out: str | Path, mirrored: bool) -> 
     print(f"leaderboard: {local / 'leaderboard.html'} ({len(found)} rows)")
     if not found:
         return
-    print(answer_section(write_findings(results, found)))
+    findings = write_findings(results, found)
+    print(answer_section(findings))
+    audit = named_section(findings, "One-run DP audit")  # a sweep with audit canaries: each cell's bound
+    if audit:
+        print(audit)
     print(f"findings: {local / 'findings.md'} (privauditor report {out} prints them)")
     if mirrored and sweep.wandb.mode == "offline" and (local / "wandb").is_dir():
         print(
