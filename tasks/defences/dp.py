@@ -111,8 +111,11 @@ class DPDefence(Defence):
         privacy = Privacy.of(resolved, run.records, run.batch_size, run.epochs, run.seed, units)
         sigma = privacy.sigma
         return Guard(
-            loop={"make_step": privacy.make_step(sigma, run.seq2seq), "sampler": privacy.sampler(),
-                  "steps_per_epoch": privacy.steps_per_epoch},  # fmt: skip
+            loop={
+                "make_step": privacy.make_step(sigma, run.seq2seq),
+                "sampler": privacy.sampler(),
+                "steps_per_epoch": privacy.steps_per_epoch,
+            },  # fmt: skip
             record=lambda steps: privacy.record(sigma, steps),
             spent=lambda step: privacy.spent(step, sigma),
         )
