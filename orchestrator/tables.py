@@ -75,11 +75,11 @@ def listing(what: str) -> str:
 
         rows, about = [], []
         for name, cls in DEFENCES.items():
-            rows.append([name, ", ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls.settings)),
-                         cls.version])  # fmt: skip
+            rows.append([name, cls.version,
+                         " ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls.settings))])  # fmt: skip
             about.append(textwrap.fill((cls.__doc__ or "").strip().splitlines()[0], 100,
                                        initial_indent=f"{name:<10} ", subsequent_indent=" " * 11))  # fmt: skip
-        return render(["defence", "settings (defaults)", "version"], rows) + "\n\n" + "\n".join(about)
+        return render(["defence", "version", "settings (defaults)"], rows) + "\n\n" + "\n".join(about)
     if what == "sweeps":
         from privauditor.orchestrator.sweepfile.sweep import SWEEPS_DIR, load_sweep
 

@@ -160,19 +160,21 @@ def test_schema_1_records_are_still_read_and_a_mixed_store_says_so(tmp_path, cap
     mixed = store_of(tmp_path / "mixed", old + new)
     capsys.readouterr()
     assert main(["board", "check", str(mixed)]) == 0
-    expected = f"mixed record schema versions: {len(old)} of version 1, {len(new)} of version 4"
+    expected = (
+        f"mixed record schema versions: {len(old)} of version 1, {len(new)} of version {rec.SCHEMA_VERSION}"
+    )
     assert expected in capsys.readouterr().out
     keyed_by_step = old[0] | {
         "key": record_key(old[0]["provenance"]["spec"], "old-run", old[0]["cell_id"], 20)
     }
     assert "not the hash of its spec, run, cell and epoch" in rec.problems(keyed_by_step)[0]
-    assert rec.problems(old[0] | {"schema_version": 5})[0].endswith(
-        "version 1, 2, 3 or 4, the ones this privauditor reads"
+    assert rec.problems(old[0] | {"schema_version": 6})[0].endswith(
+        "version 1, 2, 3, 4 or 5, the ones this privauditor reads"
     )
-    # the same folder added again as schema 4: one record per (run, cell, step), the newer one
+    # the same folder added again as schema 5: one record per (run, cell, step), the newer one
     rows = cell_rows(records + block("old-run", "m", {"lora": 0.7}))
     assert len(rows) == 4 and {r["runs"] for r in rows} == {1} and rows[0]["trainable_fraction"] == 0.01
-    assert rec.SCHEMA_VERSION == 4
+    assert rec.SCHEMA_VERSION == 5
 
 
 def test_the_site_is_byte_identical_across_builds(tmp_path):
