@@ -64,7 +64,7 @@ def defence_table(rows: list[Row], attack: str) -> list[str]:
         if own is None:
             continue
         top = max(cell_rows, key=lambda r: r["eps_lower"] or 0.0)
-        eps = "∞" if own["epsilon_target"] is None else f"{own['epsilon_target']:g}"
+        eps = _target(own)
         noise = "" if "-nonoise" not in own["cell_id"] else " (no noise: control)"
         body.append([
             own["model"], own["dataset"], own["seed"], own["adaptation"], eps + noise, _fmt(own["epsilon"]),
@@ -132,11 +132,11 @@ def one_run_table(out: Path, rows: list[Row]) -> list[str]:
     for r, audit in sorted(found, key=lambda x: (x[0]["model"], x[0]["adaptation"], x[0]["cell_id"])):
         target = r["epsilon_target"]
         by = audit["kinds"]
-        cells_ = [
+        bounds = [
             f"{_fmt(by[k]['eps_lower'])} ({_fmt(by[k]['eps_ceiling'])})" if k in by else "-" for k in kinds
         ]
         ratio = "-" if target is None else _fmt(audit["eps_lower"] / target)
-        body.append([r["model"], technique_of(r["cell_id"], r["adaptation"]), _target(r), *cells_, ratio,
+        body.append([r["model"], technique_of(r["cell_id"], r["adaptation"]), _target(r), *bounds, ratio,
                      "yes" if r.get("dp_violation") else ""])  # fmt: skip
     m = sorted({b["m"] for _, audit in found for b in audit["kinds"].values()})
     header = ["model", "technique", "ε target", *(f"`{k}` ε̂ (ceiling)" for k in kinds), "ε̂ / ε", "violation"]

@@ -90,7 +90,8 @@ class DPDefence(Defence):
         settings = build(DPSettings, params, "defence_params.dp")
         delta = default_delta(trained) if settings.delta is None else settings.delta
         return {"epsilon": settings.epsilon, "delta": delta, "max_grad_norm": settings.max_grad_norm,
-                "noise": settings.noise, "noise_scale": settings.noise_scale, "unit": settings.unit, "version": DP_VERSION}  # fmt: skip
+                "noise": settings.noise, "noise_scale": settings.noise_scale, "unit": settings.unit,
+                "version": DP_VERSION}  # fmt: skip
 
     def unsupported_reason(self, technique: Any, workers: int, deepspeed: Any) -> str | None:
         if not technique.trains:
@@ -271,14 +272,15 @@ class Privacy:
 
 class PoissonSampler:
     """A DP run's ``sampler(epoch)``: each record (each unit, with all its records, under user-level DP) in
-    each of the epoch's batches with the sample rate, drawn from a ``generator`` of its own (exposed, so a saved training state holds it,
-    :mod:`privauditor.tasks.training.resume`)."""
+    each of the epoch's batches with the sample rate, drawn from a ``generator`` of its own (exposed, so a
+    saved training state holds it, :mod:`privauditor.tasks.training.resume`)."""
 
     def __init__(self, privacy: Privacy) -> None:
         import torch
 
         self.privacy = privacy
         self.generator = torch.Generator().manual_seed(privacy.seed)
+        self.members = records_by_unit(privacy.units)  # a drawn unit brings every copy of its record
 
     def __call__(self, epoch: int) -> list[list[int]]:
         import torch
@@ -288,8 +290,7 @@ class PoissonSampler:
         drawn = [row.nonzero().flatten().tolist() for row in draws < privacy.sample_rate]
         if not privacy.units:
             return drawn
-        members = records_by_unit(privacy.units)  # a drawn unit brings every copy of its record
-        return [[i for unit in batch for i in members[unit]] for batch in drawn]
+        return [[i for unit in batch for i in self.members[unit]] for batch in drawn]
 
 
 class DPStep:
@@ -317,7 +318,8 @@ class DPStep:
         self.layouts: dict[Any, Any] = {}
         inner = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
         self.optimizer = DPOptimizer(
-            inner, noise_multiplier=sigma * privacy.noise_scale if privacy.noise else 0.0, max_grad_norm=privacy.max_grad_norm,
+            inner, noise_multiplier=sigma * privacy.noise_scale if privacy.noise else 0.0,
+            max_grad_norm=privacy.max_grad_norm,
             expected_batch_size=privacy.batch_size, generator=torch.Generator().manual_seed(privacy.seed + 1),
         )  # fmt: skip
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(inner, warmup_then_constant(warmup))

@@ -61,7 +61,7 @@ class CanarySettings:
     samples: int = 1000
 
     def __post_init__(self) -> None:
-        kinds = (self.kind,) if isinstance(self.kind, str) else tuple(self.kind)
+        kinds = self.kinds
         known = (*KINDS, *AUDIT_KINDS)
         if not kinds or any(k not in known for k in kinds) or len(set(kinds)) < len(kinds):
             raise PrivauditorError(
