@@ -13,10 +13,17 @@ stores the choice in ``tasks/adaptations/_rates.py`` beside the settings it was 
 run: a run over other bases replaces only their rates), which cells on those bases read (a sweep's
 ``train.lr`` still overrides it; hub models keep the class defaults).
 
+DP-SGD's rates (``--dp-epsilon E``): the same rule with every rate trained by the ``dp`` defence at ε = E
+(its defaults otherwise: clipping norm 1, δ = min(1e-5, n^-1.1), Poisson batches), kept apart in
+``DP_RATES``, which ``dp`` cells read before the undefended ones: noise and clipping move the best rate,
+so DP's utility cost is not an artefact of a rate tuned without them. One rate per (technique, base) for
+every ε: the ``defences`` sweep's middle ε, 4, chooses it.
+
 Run (the tiny bases; the real base, at the ``real`` sweep's size, docs/real-base.md)::
 
     python benchmarks/learning_rates.py --write
     python benchmarks/learning_rates.py --models smollm2-135m --datasets finance --members 24 --start-decades -1 --write
+    python benchmarks/learning_rates.py --models tiny-llama tiny-opt --datasets finance --dp-epsilon 4 --write
 """
 
 from __future__ import annotations
@@ -50,8 +57,10 @@ HEADER = ["model", "technique", "lr", "val NLL", "tried (lr:NLL)", "s"]
 RATES_FILE = Path(__file__).resolve().parents[1] / "tasks" / "adaptations" / "_rates.py"
 
 
-def figure(loaded, technique, splits, lr, *, checkpoints, max_length, batch_size) -> float:
-    """Lowest validation NLL over the checkpoints, averaged over the splits."""
+def figure(loaded, technique, splits, lr, *, checkpoints, dp_epsilon=None, **sizes) -> float:
+    """Lowest validation NLL over the checkpoints, averaged over the splits (trained under DP-SGD at
+    ``dp_epsilon`` where it is set; ``sizes``: ``max_length`` and ``batch_size``)."""
+    max_length, batch_size = sizes["max_length"], sizes["batch_size"]
     lows = []
     for split in splits:
         adaptation = build_adaptation(technique)
@@ -62,13 +71,14 @@ def figure(loaded, technique, splits, lr, *, checkpoints, max_length, batch_size
         def keep(epoch: float, step: int, states: dict = states, model: Any = model) -> None:
             states[step] = trainable_state(model)
 
+        guarded = {} if dp_epsilon is None else dp_loop(dp_epsilon, split.members, config, loaded.seq2seq)
         train(
             model,
             loaded.tokenizer,
             split.members,
             config,
             loaded.seq2seq,
-            Loop(checkpoints=checkpoints, on_checkpoint=keep),
+            Loop(checkpoints=checkpoints, on_checkpoint=keep, **guarded),
         )
         losses = []
         for state in states.values():
@@ -79,6 +89,16 @@ def figure(loaded, technique, splits, lr, *, checkpoints, max_length, batch_size
         lows.append(min(losses))
     mean = sum(lows) / len(lows)
     return mean if mean == mean else float("inf")  # a rate that diverges (NaN) loses
+
+
+def dp_loop(epsilon: float, members, config: TrainConfig, seq2seq: bool) -> dict[str, Any]:
+    """The ``dp`` defence's training hooks at ``epsilon`` (its other settings at their defaults)."""
+    from privauditor.tasks.defences import TrainingRun
+    from privauditor.tasks.defences.dp import DPDefence
+
+    resolved = DPDefence().resolve({"epsilon": epsilon}, len(members))
+    run = TrainingRun(len(members), config.batch_size, config.epochs, 0, seq2seq)
+    return DPDefence().guard(resolved, run).loop
 
 
 def choose(measure, start: float) -> tuple[float, dict[float, float]]:
@@ -110,6 +130,7 @@ def main() -> None:
         "--start-decades", type=float, default=0.0, help="start the ladder at 10^D times the class default"
     )
     parser.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="torch threads")
+    parser.add_argument("--dp-epsilon", type=float, help="choose DP-SGD's rates, trained at this epsilon")
     parser.add_argument("--write", action="store_true", help=f"store the choice in {RATES_FILE.name}")
     parser.add_argument("--json", type=Path, help="also write the settings and the choice to this file")
     parser.add_argument(
@@ -133,7 +154,7 @@ def main() -> None:
             }
         print(render(HEADER, [row for part in parts for row in part["table"]]))
         if args.write:
-            write_rates(settings, chosen)
+            write_rates(settings, chosen, dp=settings.get("dp_epsilon") is not None)
         return
 
     sizes = SplitConfig(args.members, args.members, args.validation)
@@ -145,7 +166,7 @@ def main() -> None:
         started = time.perf_counter()
         measure = functools.partial(
             figure, loaded, technique, splits, checkpoints=args.checkpoints, max_length=args.max_length,
-            batch_size=args.batch_size,
+            batch_size=args.batch_size, dp_epsilon=args.dp_epsilon,
         )  # fmt: skip
         start = adaptation.default_lr_for(loaded.family.name) * 10.0**args.start_decades  # the class default
         best, tried = choose(measure, start)
@@ -173,21 +194,29 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"settings": settings, "chosen": chosen, "table": rows}, indent=1))
     if args.write:
-        write_rates(settings, chosen)
+        write_rates(settings, chosen, dp=args.dp_epsilon is not None)
 
 
-def write_rates(settings: dict, chosen: dict[str, dict[str, float]]) -> None:
-    """Store ``chosen`` and the settings it was chosen with in ``tasks/adaptations/_rates.py``; the rates
-    and settings blocks of other bases already there are kept."""
-    from privauditor.tasks.adaptations._rates import RATES, SETTINGS
+def write_rates(settings: dict, chosen: dict[str, dict[str, float]], dp: bool = False) -> None:
+    """Store ``chosen`` and the settings it was chosen with in ``tasks/adaptations/_rates.py`` (DP-SGD's
+    apart); the rates and settings blocks of other bases already there are kept."""
+    from privauditor.tasks.adaptations import _rates
 
     settings = {k: v for k, v in settings.items() if k not in ("write", "json", "threads", "merge")}
+    if not dp:
+        settings.pop("dp_epsilon", None)
     models = set(settings["models"])
-    blocks = [b for b in SETTINGS if not models & set(b["models"])] + [settings]
-    rates = {t: {m: r for m, r in by.items() if m not in models} for t, by in RATES.items()}
+    tables = {"": (_rates.SETTINGS, _rates.RATES), "DP_": (_rates.DP_SETTINGS, _rates.DP_RATES)}
+    found = tables["DP_" if dp else ""]
+    blocks = [b for b in found[0] if not models & set(b["models"])] + [settings]
+    rates = {t: {m: r for m, r in by.items() if m not in models} for t, by in found[1].items()}
     for technique, by_model in chosen.items():
         rates.setdefault(technique, {}).update(by_model)
-    rates = {t: dict(sorted(by.items())) for t, by in sorted(rates.items()) if by}
+    tables["DP_" if dp else ""] = (
+        blocks,
+        {t: dict(sorted(by.items())) for t, by in sorted(rates.items()) if by},
+    )
+    (blocks, rates), (dp_blocks, dp_rates) = tables[""], tables["DP_"]
     RATES_FILE.write_text(
         '"""Learning rates of each technique on each base, chosen by validation NLL under the constant\n'
         "schedule (the rule and the command: ``benchmarks/learning_rates.py``). Written by that script.\n"
@@ -195,7 +224,11 @@ def write_rates(settings: dict, chosen: dict[str, dict[str, float]]) -> None:
         "#: the settings they were chosen with, one block per run (its ``models``)\n"
         f"SETTINGS = {pprint.pformat(blocks, width=100)}\n\n"
         "#: technique -> base -> learning rate\n"
-        f"RATES: dict[str, dict[str, float]] = {pprint.pformat(rates, width=100)}\n"
+        f"RATES: dict[str, dict[str, float]] = {pprint.pformat(rates, width=100)}\n\n"
+        "#: the settings DP-SGD's rates were chosen with (``--dp-epsilon``), one block per run\n"
+        f"DP_SETTINGS: list[dict] = {pprint.pformat(dp_blocks, width=100)}\n\n"
+        "#: technique -> base -> learning rate under DP-SGD\n"
+        f"DP_RATES: dict[str, dict[str, float]] = {pprint.pformat(dp_rates, width=100)}\n"
     )
 
 

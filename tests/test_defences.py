@@ -1,8 +1,9 @@
 """A small ``defences`` sweep on the canary setting (tiny-gpt2, full fine-tuning, 16 members, 4 of them
 trained four times, 40 epochs): without a defence the LOSS attack finds the members, DP-SGD at ε = 1 leaves it at chance, a run that
-claims DP with the noise switched off is caught by the empirical audit, and members trained four times
-score above those trained once. The control claims ε = 0.1: the audit can only contradict a claim below
-its ceiling, which 12 singletons and 16 non-members put at about 0.43."""
+claims DP with the noise switched off is caught by the text canaries' audit, one that adds a quarter of
+the noise it claims is caught by 5,000 gradient canaries and the honest one is not, and members trained
+four times score above those trained once. The noise-off control claims ε = 0.1: the audit can only
+contradict a claim below its ceiling, which 12 singletons and 16 non-members put at about 0.43."""
 
 from __future__ import annotations
 
@@ -22,7 +23,12 @@ SWEEP = {
         "model": ["tiny-gpt2"],
         "adaptation": ["full"],
         "dataset": ["finance"],
-        "defence": ["none", {"dp": {"epsilon": 1}}, {"dp": {"epsilon": 0.1, "noise": False}}],
+        "defence": [
+            "none",
+            {"dp": {"epsilon": 1, "gradient_canaries": 5000}},
+            {"dp": {"epsilon": 1, "gradient_canaries": 5000, "noise_scale": 0.25}},
+            {"dp": {"epsilon": 0.1, "noise": False}},
+        ],
     },
     "attacks": ["loss", "zlib"],
     "split": {
@@ -83,8 +89,8 @@ def test_the_audit_catches_dp_claimed_without_noise(swept):
     findings = (out / "findings.md").read_text()
     assert "## DP violations" in findings and f"`{control['cell_id']}` epoch 40: ε ≥" in findings
     audit = findings.split("## One-run DP audit")[1].split("\n## ")[0]
-    assert "| full+dp-e0.1-nonoise | 0.1 |" in audit and audit.count("| yes |") == 1
-    assert not any(r["dp_violation"] for k, r in rows.items() if "nonoise" not in k[0])
+    assert "| full+dp-e0.1-nonoise | 0.1 |" in audit and audit.count("| yes |") == 2  # and the planted bug
+    assert not any(r["dp_violation"] for k, r in rows.items() if "noise" not in k[0])
     honest = rows[("full+dp-e1", 40, "loss")]
     assert honest["eps_one_run"] is not None and honest["eps_one_run"] <= honest["epsilon"]
 
@@ -102,3 +108,32 @@ def test_members_trained_four_times_score_above_singletons(swept):
     )
     assert metrics["loss"]["n_members"] == 16 and set(metrics["loss"]["auc_by_repeats"]) == {"1", "4"}
     assert "## Duplication" in (out / "findings.md").read_text()
+
+
+def test_gradient_canaries_catch_a_quarter_of_the_noise_and_pass_the_honest_run(swept):
+    """The planted bug (σ/4 added, σ's ε claimed) is a violation of the gradient canaries' one-run bound;
+    the same audit of the honest run stays below its claim (seed 0: 1.60 and 0.28 against 0.996)."""
+    out, rows = swept
+    planted, honest = rows[("full+dp-e1-noise0.25", 40, "loss")], rows[("full+dp-e1", 40, "loss")]
+    assert planted["dp_violation"] and planted["one_run_kind"] == "gradient"
+    assert planted["eps_one_run"] > planted["epsilon"] >= 0.97 and planted["one_run_canaries"] == 5000
+    assert planted["eps_one_run"] <= planted["eps_one_run_ceiling"]
+    assert not honest["dp_violation"] and honest["eps_one_run"] < 0.5 * honest["epsilon"]
+    record = json.loads((out / "cells" / planted["cell_id"] / "cell.json").read_text())
+    assert (
+        record["defence"]["gradient_canaries"] == 5000
+        and 2300 < record["defence"]["gradient_canaries_in"] < 2700
+    )
+    audit = record["checkpoints"][-1]["extraction"]["one_run"]
+    assert (
+        set(audit["kinds"]) == {"designed", "gradient"} and audit["correction"] == "Bonferroni over 2 kinds"
+    )
+    findings = (out / "findings.md").read_text()
+    assert (
+        f"`{planted['cell_id']}` epoch 40: ε ≥ {planted['eps_one_run']:.3f} over 5000 `gradient`" in findings
+    )
+    by_technique = findings.split("### ε̂ / ε at ε = 1, by technique")[1].split("###")[0]
+    kinds = json.loads((out / "cells" / honest["cell_id"] / "cell.json").read_text())["checkpoints"][-1]
+    kinds = kinds["extraction"]["one_run"]["kinds"]
+    ratios = " | ".join(f"{kinds[k]['eps_lower'] / 1.0:.3f}" for k in ("designed", "gradient"))
+    assert f"| full | 1 | {ratios} |" in by_technique  # the honest cell alone: controls are left out

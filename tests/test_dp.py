@@ -234,3 +234,19 @@ def test_user_level_dp_samples_whole_units_and_clips_a_units_copies_once():
     step(batch, 1.0)
     for n, p in params.items():
         assert torch.allclose(p.grad, expected[n], rtol=1e-3, atol=1e-7), n
+
+
+def test_dp_cells_train_at_the_rate_chosen_under_dp_and_a_set_rate_still_wins():
+    """``DP_RATES`` (benchmarks/learning_rates.py --dp-epsilon 4) for ``dp`` cells on the bases it covers,
+    the undefended choice for the rest, ``train.lr`` over both."""
+    from privauditor.tasks.adaptations._rates import DP_RATES, RATES
+
+    def lr(model, *assignments):
+        settings = {"model": model, "adaptation": "ia3", "dataset": "finance"}
+        return cell_config(settings, list(assignments)).resolve(build=False).train.lr
+
+    assert DP_RATES["ia3"]["tiny-llama"] != RATES["ia3"]["tiny-llama"]  # the choice this checks moved
+    assert lr("tiny-llama", "defence=dp") == DP_RATES["ia3"]["tiny-llama"]
+    assert lr("tiny-llama") == RATES["ia3"]["tiny-llama"]
+    assert lr("tiny-gpt2", "defence=dp") == RATES["ia3"]["tiny-gpt2"]  # no DP choice for this base
+    assert lr("tiny-llama", "defence=dp", "train.lr=0.5") == 0.5

@@ -67,14 +67,19 @@ def record(cell_dir):
 
 @pytest.mark.parametrize(
     ("adaptation", "extra", "at"),
-    [("lora", (), 4), ("full", (), 3), ("lora", ("defence=dp", "defence_params.dp.epsilon=8"), 5)],
+    [
+        ("lora", (), 4),
+        ("full", (), 3),
+        ("lora", ("defence=dp", "defence_params.dp.epsilon=8", "defence_params.dp.gradient_canaries=500"), 5),
+    ],
 )
 def test_a_notice_saves_the_step_and_the_rerun_ends_as_an_uninterrupted_run(
     tmp_path, monkeypatch, seed, adaptation, extra, at
 ):
-    """Mid-epoch (and at an epoch's end, and under DP-SGD's Poisson sampler and noise): the cell stops with
-    :class:`Preempted` and its state on disk; run again, it resumes there and every checkpoint's scores and
-    metrics, and the final adapter, are byte for byte an uninterrupted run's."""
+    """Mid-epoch (and at an epoch's end, and under DP-SGD's Poisson sampler, noise and gradient canaries):
+    the cell stops with :class:`Preempted` and its state on disk; run again, it resumes there and every
+    checkpoint's scores and metrics, the gradient canaries' audit, and the final adapter, are byte for
+    byte an uninterrupted run's."""
     cell = config(adaptation, *extra, seed=seed)
     whole = run_cell(cell, tmp_path / "whole")
     with monkeypatch.context() as patched:
@@ -90,6 +95,9 @@ def test_a_notice_saves_the_step_and_the_rerun_ends_as_an_uninterrupted_run(
     resumed = run_cell(cell, tmp_path / "cut")
     assert files(resumed.path) == files(whole.path) and len(files(whole.path)) >= 8
     assert record(resumed.path)["checkpoints"] == record(whole.path)["checkpoints"]
+    if extra:
+        audit = record(resumed.path)["checkpoints"][-1]["extraction"]["one_run"]["kinds"]["gradient"]
+        assert audit["m"] == 500 and 0 < audit["included"] < 500
     assert record(resumed.path)["train"]["epoch_losses"] == record(whole.path)["train"]["epoch_losses"]
     assert (record(resumed.path)["resumed_from_step"], record(resumed.path)["preemptions"]) == (at, 1)
     assert (record(whole.path)["resumed_from_step"], record(whole.path)["preemptions"]) == (None, 0)

@@ -144,9 +144,39 @@ def one_run_table(out: Path, rows: list[Row]) -> list[str]:
             f"Steinke et al. 2023's one-run lower bound on ε over canaries each trained by its own fair coin "
             f"({', '.join(map(str, m))} per kind), at the last checkpoint: add/remove adjacency, 95 % with "
             "Bonferroni over the kinds and the guess counts, so each ε̂ is a lower bound and ε̂ / ε the share of the "
-            "claim it confirms (the largest kind's). Rows with `-noise` in the technique are planted bugs (noise "
-            "below the σ the accounting assumes): controls, outside every ranking.", "",
+            "claim it confirms. Cells with `-noise` in the technique are planted bugs (noise below the σ the "
+            "accounting assumes): controls, outside every ranking and every table by technique.", "",
+            *_by_technique(found, kinds), "### Per cell", "",
             markdown_table(header, body), ""]  # fmt: skip
+
+
+def _by_technique(found: list[tuple[Row, dict]], kinds: list[str]) -> list[str]:
+    """Per DP target ε, a table of ε̂ / ε per technique (rows) and canary kind (columns): the mean over
+    the technique's cells (models, datasets, seeds) and their range."""
+    honest = [
+        (r, a) for r, a in found
+        if r["epsilon_target"] is not None and "noise" not in technique_of(r["cell_id"], r["adaptation"])
+    ]  # fmt: skip
+    lines = []
+    for target in sorted({float(r["epsilon_target"] or 0) for r, _ in honest}):
+        by: dict[str, list[dict]] = defaultdict(list)
+        for r, audit in honest:
+            if r["epsilon_target"] == target:
+                by[r["adaptation"]].append(audit["kinds"])
+        body = [[technique, str(len(cells)),
+                 *(_ratio([c[k]["eps_lower"] / target for c in cells if k in c]) for k in kinds)]
+                for technique, cells in sorted(by.items())]  # fmt: skip
+        lines += [f"### ε̂ / ε at ε = {target:g}, by technique", "",
+                  "Mean over the technique's cells [lowest, highest]; 0: no bound above 0.", "",
+                  markdown_table(["technique", "cells", *(f"`{k}`" for k in kinds)], body), ""]  # fmt: skip
+    return lines
+
+
+def _ratio(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = sum(values) / len(values)
+    return f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} [{min(values):.3f}, {max(values):.3f}]"
 
 
 def _target(r: Row) -> str:

@@ -131,9 +131,9 @@ def _report(sweep: Sweep, results: Results, out: str | Path, mirrored: bool) -> 
         return
     findings = write_findings(results, found)
     print(answer_section(findings))
-    audit = named_section(findings, "One-run DP audit")  # a sweep with audit canaries: each cell's bound
+    audit = named_section(findings, "One-run DP audit")  # a sweep with audit canaries: by technique
     if audit:
-        print(audit)
+        print(audit.split("\n### Per cell")[0])
     print(f"findings: {local / 'findings.md'} (privauditor report {out} prints them)")
     if mirrored and sweep.wandb.mode == "offline" and (local / "wandb").is_dir():
         print(

@@ -47,12 +47,14 @@ class Adaptation:
         """The default learning rate on ``family`` (the class default unless a technique says otherwise)."""
         return self.default_lr
 
-    def default_lr_on(self, model: str, family: str) -> float:
+    def default_lr_on(self, model: str, family: str, defence: str = "none") -> float:
         """The default learning rate on the base ``model``: the one chosen for it by validation NLL
-        (``benchmarks/learning_rates.py``), else the family's."""
-        from ._rates import RATES
+        (``benchmarks/learning_rates.py``) under ``defence`` where one was (DP-SGD's, ``--dp-epsilon``),
+        else the one chosen without a defence, else the family's."""
+        from ._rates import DP_RATES, RATES
 
-        return RATES.get(self.name, {}).get(model) or self.default_lr_for(family)
+        chosen = DP_RATES.get(self.name, {}).get(model) if defence == "dp" else None
+        return chosen or RATES.get(self.name, {}).get(model) or self.default_lr_for(family)
 
     def unsupported_reason(self, family: str) -> str | None:
         """Why this technique cannot adapt ``family`` (None when it can)."""

@@ -175,3 +175,51 @@ RATES: dict[str, dict[str, float]] = {
         "tiny-t5": 0.03,
     },
 }
+
+#: the settings DP-SGD's rates were chosen with (``--dp-epsilon``), one block per run
+DP_SETTINGS: list[dict] = [
+    {
+        "batch_size": 8,
+        "checkpoints": [0.25, 0.5, 1, 2, 4],
+        "datasets": ["finance"],
+        "dp_epsilon": 4.0,
+        "max_length": 96,
+        "members": 64,
+        "models": ["tiny-llama", "tiny-opt"],
+        "pool": "reserved",
+        "profile": "default",
+        "seed": 0,
+        "start_decades": 0.0,
+        "techniques": [
+            "adapter_h",
+            "adapter_p",
+            "full",
+            "head",
+            "head_lora",
+            "ia3",
+            "llama_adapter",
+            "lora",
+            "parallel",
+            "prefix",
+            "prompt",
+            "ptuning",
+        ],
+        "validation": 32,
+    }
+]
+
+#: technique -> base -> learning rate under DP-SGD
+DP_RATES: dict[str, dict[str, float]] = {
+    "adapter_h": {"tiny-llama": 0.01, "tiny-opt": 0.1},
+    "adapter_p": {"tiny-llama": 0.03, "tiny-opt": 0.3},
+    "full": {"tiny-llama": 0.003, "tiny-opt": 0.01},
+    "head": {"tiny-llama": 0.01, "tiny-opt": 0.01},
+    "head_lora": {"tiny-llama": 0.01, "tiny-opt": 0.03},
+    "ia3": {"tiny-llama": 0.03, "tiny-opt": 0.03},
+    "llama_adapter": {"tiny-llama": 0.03},
+    "lora": {"tiny-llama": 0.01, "tiny-opt": 0.03},
+    "parallel": {"tiny-llama": 0.01, "tiny-opt": 0.01},
+    "prefix": {"tiny-llama": 0.03, "tiny-opt": 0.1},
+    "prompt": {"tiny-llama": 0.03, "tiny-opt": 0.03},
+    "ptuning": {"tiny-llama": 0.003, "tiny-opt": 0.003},
+}

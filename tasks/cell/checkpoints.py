@@ -25,7 +25,8 @@ class Trained:
     """A trained cell to audit: its spec (whose technique it is) and adapted ``model`` (on ``loaded``'s
     base), its split, the (epoch, step) ``checkpoints`` whose snapshots are in ``snapshots``. In-context
     learning's ``contexts`` by sample id and the record of its ``demonstrations`` (written in place of
-    ``adapter/``); ``epsilon_at(step)``: the ε a DP run has spent by that step."""
+    ``adapter/``); ``epsilon_at(step)``: the ε a DP run has spent by that step; ``gradient_canaries``: the
+    scores and coins of a DP run's gradient canaries (audited with the text kinds at the last checkpoint)."""
 
     spec: CellSpec
     model: Any
@@ -36,6 +37,7 @@ class Trained:
     contexts: dict[str, str] | None = None
     demonstrations: dict[str, Any] | None = None
     epsilon_at: Callable[[int], float] | None = None
+    gradient_canaries: Any = None
 
 
 def audit_checkpoints(
@@ -171,6 +173,7 @@ def _how(cell: CellAudit, folder: Path, step: int, stage: Any, earlier: tuple[An
         canaries=(split.canaries, spec.split.canaries) if spec.split.canaries and not trained.contexts else None,
         pii_candidates=spec.score.pii_candidates if step == cell.last else None,
         one_run=step == cell.last,
+        gradient_canaries=trained.gradient_canaries if step == cell.last else None,
         skipped=stage.skipped,
     )  # fmt: skip
 

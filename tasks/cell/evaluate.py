@@ -51,7 +51,8 @@ class Evaluate:
     (:func:`~privauditor.tasks.cell.plan.skip_reason`): they are recorded as skipped and read nothing.
     ``canaries``: the split's canaries and their settings, whose exposures join them too;
     ``pii_candidates``: with ``pii``, infer each field among that many candidates (``pii_inference``);
-    ``one_run``: audit the canaries made for it (one pre-registered checkpoint: a cell's last), at ``delta``."""
+    ``one_run``: audit the canaries made for it (one pre-registered checkpoint: a cell's last), at ``delta``,
+    with a DP run's ``gradient_canaries`` (scores, coins) beside them."""
 
     out_dir: Path
     shared: Path
@@ -72,6 +73,7 @@ class Evaluate:
     canaries: tuple[tuple[Canary, ...], CanarySettings] | None = None
     pii_candidates: int | None = None
     one_run: bool = False
+    gradient_canaries: tuple[Any, Any] | None = None
     skipped: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -183,10 +185,12 @@ def _extraction(
             "exposure",
             lambda: exposures(target, accounts, settings, how.max_length, how.batch_size, how.seed),
         )
-    if how.one_run and settings is not None and settings.audits and how.delta is not None:
-        delta = how.delta
+    text = settings is not None and settings.audits
+    if how.one_run and (text or how.gradient_canaries is not None) and how.delta is not None:
+        delta, mine = how.delta, found if text else ()
+        extra = {} if how.gradient_canaries is None else {"gradient": how.gradient_canaries}
         extraction["one_run"] = how.clock(
-            "one-run audit", lambda: audit(target, found, delta, how.max_length, how.batch_size)
+            "one-run audit", lambda: audit(target, mine, delta, how.max_length, how.batch_size, extra)
         )
     return extraction
 

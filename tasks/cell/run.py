@@ -86,6 +86,7 @@ def execute(
         spec=spec, model=model, loaded=loaded, split=split, checkpoints=result.checkpoints,
         snapshots=snapshots, contexts=ready.contexts, demonstrations=ready.demonstrations,
         epsilon_at=None if guard is None else guard.spent,
+        gradient_canaries=None if guard is None else guard.canaries(),
     )  # fmt: skip
     audited = audit_checkpoints(trained, cell_dir, shared, reference, clock, env)
     shutil.rmtree(snapshots, ignore_errors=True)

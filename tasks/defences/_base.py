@@ -36,11 +36,13 @@ class Guard:
     :class:`~privauditor.tasks.training.loop.Loop` it sets (``make_step``, ``sampler``); ``record(steps)``: the
     ``defence`` block of ``cell.json`` after that many steps (its ``name`` added); ``spent(step)``: the ε
     spent by a step (None for a defence that claims no ε): each checkpoint records it, and an attack
-    whose empirical lower bound exceeds it is a violation."""
+    whose empirical lower bound exceeds it is a violation. ``canaries()``: after training, the scores and
+    coins of canaries the defence audits itself with (DP's gradient canaries), None without them."""
 
     loop: dict[str, Any] = field(default_factory=dict)
     record: Callable[[int], dict[str, Any]] = lambda steps: {}
     spent: Callable[[int], float] | None = None
+    canaries: Callable[[], Any] = lambda: None
 
 
 class Defence:

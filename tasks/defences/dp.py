@@ -52,6 +52,7 @@ class DPSettings:
     noise: bool = True  # false: clip only, still claiming epsilon (the audit's positive control)
     noise_scale: float = 1.0  # below 1: less noise than the accounting claims (a planted bug)
     unit: str = "record"  # "user": every copy of a record is one privacy unit (user-level DP)
+    gradient_canaries: int = 0  # m Dirac gradient canaries auditing the step (_gradient_canaries.py)
 
     def __post_init__(self) -> None:
         if not self.epsilon > 0 or not math.isfinite(self.epsilon):
@@ -63,6 +64,12 @@ class DPSettings:
         if not 0 < self.noise_scale <= 1:
             raise PrivauditorError(
                 f"defence_params.dp.noise_scale must lie in (0, 1], not {self.noise_scale!r}"
+            )
+        if isinstance(self.gradient_canaries, bool) or not (
+            isinstance(self.gradient_canaries, int) and self.gradient_canaries >= 0
+        ):
+            raise PrivauditorError(
+                f"defence_params.dp.gradient_canaries must be a whole number >= 0, not {self.gradient_canaries!r}"
             )
         if self.unit not in ("record", "user"):
             raise PrivauditorError(f"defence_params.dp.unit must be record or user, not {self.unit!r}")
@@ -89,9 +96,11 @@ class DPDefence(Defence):
 
         settings = build(DPSettings, params, "defence_params.dp")
         delta = default_delta(trained) if settings.delta is None else settings.delta
-        return {"epsilon": settings.epsilon, "delta": delta, "max_grad_norm": settings.max_grad_norm,
-                "noise": settings.noise, "noise_scale": settings.noise_scale, "unit": settings.unit,
-                "version": DP_VERSION}  # fmt: skip
+        resolved = {"epsilon": settings.epsilon, "delta": delta, "max_grad_norm": settings.max_grad_norm,
+                    "noise": settings.noise, "noise_scale": settings.noise_scale, "unit": settings.unit,
+                    "version": DP_VERSION}  # fmt: skip
+        canaries = settings.gradient_canaries  # only where set: cells without them keep their ids
+        return resolved | ({"gradient_canaries": canaries} if canaries else {})
 
     def unsupported_reason(self, technique: Any, workers: int, deepspeed: Any) -> str | None:
         if not technique.trains:
@@ -111,14 +120,16 @@ class DPDefence(Defence):
         units = run.units if resolved.get("unit") == "user" else ()
         privacy = Privacy.of(resolved, run.records, run.batch_size, run.epochs, run.seed, units)
         sigma = privacy.sigma
+        made: list[DPStep] = []
         return Guard(
             loop={
-                "make_step": privacy.make_step(sigma, run.seq2seq),
+                "make_step": privacy.make_step(sigma, run.seq2seq, made),
                 "sampler": privacy.sampler(),
                 "steps_per_epoch": privacy.steps_per_epoch,
             },  # fmt: skip
-            record=lambda steps: privacy.record(sigma, steps),
+            record=lambda steps: privacy.record(sigma, steps) | _canaries_record(made),
             spent=lambda step: privacy.spent(step, sigma),
+            canaries=lambda: made[-1].canaries.result() if made and made[-1].canaries else None,
         )
 
     def summary(self, record: dict[str, Any], checkpoint: dict[str, Any]) -> str:
@@ -205,6 +216,7 @@ class Privacy:
     seed: int
     noise_scale: float = 1.0  # the planted bug's: the noise added, as a share of sigma
     units: tuple[int, ...] = ()  # user-level DP: each trained record's privacy unit (empty: its own)
+    gradient_canaries: int = 0  # Dirac gradient canaries auditing the step (0: none)
 
     @property
     def count(self) -> int:
@@ -230,7 +242,8 @@ class Privacy:
     def of(cls, params: dict[str, Any], records: int, batch_size: int, epochs: int, seed: int,
            units: tuple[int, ...] = ()) -> Privacy:  # fmt: skip
         return cls(params["epsilon"], params["delta"], params["max_grad_norm"], params["noise"], records,
-                   batch_size, epochs, seed, params.get("noise_scale", 1.0), units)  # fmt: skip
+                   batch_size, epochs, seed, params.get("noise_scale", 1.0), units,
+                   params.get("gradient_canaries", 0))  # fmt: skip
 
     def spent(self, step: int, sigma: float) -> float:
         """ε spent after ``step`` steps."""
@@ -240,11 +253,15 @@ class Privacy:
         """``sampler(epoch)``: that epoch's Poisson batches (lists of record indices, possibly empty)."""
         return PoissonSampler(self)
 
-    def make_step(self, sigma: float, seq2seq: bool) -> Any:
-        """A ``make_step`` for :func:`~privauditor.tasks.training.loop.train` (see :class:`DPStep`)."""
+    def make_step(self, sigma: float, seq2seq: bool, made: list[DPStep] | None = None) -> Any:
+        """A ``make_step`` for :func:`~privauditor.tasks.training.loop.train` (see :class:`DPStep`); each
+        step it makes is appended to ``made``."""
 
         def make(model: Any, parameters: list[Any], lr: float, warmup: int) -> DPStep:
-            return DPStep(model, parameters, lr, warmup, self, sigma, seq2seq)
+            step = DPStep(model, parameters, lr, warmup, self, sigma, seq2seq)
+            if made is not None:
+                made.append(step)
+            return step
 
         return make
 
@@ -308,17 +325,22 @@ class DPStep:
         seq2seq: bool,
     ) -> None:
         import torch
-        from opacus.optimizers import DPOptimizer
 
         from ..training.loop import warmup_then_constant
+        from ._gradient_canaries import GradientCanaries, audited_optimizer
 
         self.model, self.seq2seq, self.user = model, seq2seq, bool(privacy.units)
         names = {id(p): n for n, p in model.named_parameters()}
         self.params = {names[id(p)]: p for p in parameters}
         self.layouts: dict[Any, Any] = {}
         inner = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
-        self.optimizer = DPOptimizer(
-            inner, noise_multiplier=sigma * privacy.noise_scale if privacy.noise else 0.0,
+        self.canaries = (
+            GradientCanaries(self.params, privacy.gradient_canaries, privacy.sample_rate, sigma,
+                             privacy.max_grad_norm, privacy.seed + 2)
+            if privacy.gradient_canaries else None
+        )  # fmt: skip
+        self.optimizer = audited_optimizer(
+            inner, self.canaries, noise_multiplier=sigma * privacy.noise_scale if privacy.noise else 0.0,
             max_grad_norm=privacy.max_grad_norm,
             expected_batch_size=privacy.batch_size, generator=torch.Generator().manual_seed(privacy.seed + 1),
         )  # fmt: skip
@@ -378,3 +400,11 @@ def copies(batch: dict[str, Any]) -> Any:
         key = (*ids[mask.bool()].tolist(), -1, *labels[labels != -100].tolist())
         rows.append(seen.setdefault(key, len(seen)))
     return torch.tensor(rows, device=batch["input_ids"].device)
+
+
+def _canaries_record(made: list[DPStep]) -> dict[str, Any]:
+    """``cell.json``'s count of gradient canaries and of those their coins put in (none: nothing)."""
+    found = made[-1].canaries if made else None
+    if found is None:
+        return {}
+    return {"gradient_canaries": found.m, "gradient_canaries_in": int(found.included.sum())}

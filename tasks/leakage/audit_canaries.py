@@ -122,19 +122,25 @@ def _next_logits(model: Any, tokenizer: Any, prompt: list[int], chosen: list[int
 
 
 def audit(
-    target: Any, canaries: Sequence[Canary], delta: float, max_length: int, batch_size: int
-) -> dict[str, Any]:
+    target: Any, canaries: Sequence[Canary], delta: float, max_length: int, batch_size: int,
+    scored: dict[str, tuple[Any, Any]] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """``extraction.json``'s ``one_run``: per audit kind, the one-run bound over its canaries trained once
-    (each kind at α / kinds, so the largest holds at α), and ``eps_lower`` / ``kind``, that largest."""
+    (each kind at α / kinds, so the largest holds at α), and ``eps_lower`` / ``kind``, that largest.
+    ``scored``: kinds scored elsewhere (DP's gradient canaries), by name: their scores and coins."""
     from ..stats.one_run import ALPHA, one_run_bound
 
+    scored = scored or {}
     kinds = [k for k in AUDIT_KINDS if any(c.kind == k and c.repeats == 1 for c in canaries)]
     found: dict[str, Any] = {}
+    level = ALPHA / (len(kinds) + len(scored))
+    for kind, (scores, coins) in scored.items():
+        found[kind] = one_run_bound(scores, coins, delta, level)
     for kind in kinds:
         mine = [c for c in canaries if c.kind == kind and c.repeats == 1]
         nll = target.mean_nll([c.example for c in mine], max_length, batch_size)
         scores = np.array([c.base_nll for c in mine], dtype=np.float64) - nll
-        found[kind] = one_run_bound(scores, [c.included for c in mine], delta, ALPHA / len(kinds))
+        found[kind] = one_run_bound(scores, [c.included for c in mine], delta, level)
     top = max(found, key=lambda k: found[k]["eps_lower"]) if found else None
     return {"kinds": found, "kind": top, "eps_lower": found[top]["eps_lower"] if top else None,
-            "alpha": ALPHA, "correction": f"Bonferroni over {len(kinds)} kinds"}  # fmt: skip
+            "alpha": ALPHA, "correction": f"Bonferroni over {len(found)} kinds"}  # fmt: skip

@@ -265,7 +265,7 @@ def resolve(config: Settings, build: bool = True, data: str | None = None) -> Ce
     technique = build_adaptation(config.adaptation, config.adaptation_params.get(config.adaptation))
     model = resolve_model(config.model)
     data = data or dataset_identity(config.dataset)  # a wrong dataset fails here, before any pre-training
-    train = _train_spec(config.train, technique, config.model, model)
+    train = _train_spec(config.train, technique, config.model, model, config.defence)
     defence_params = _defence_params(config, technique, train)
     attacks = _attack_specs(config, train, technique.trains, build)
     return CellSpec(
@@ -290,9 +290,12 @@ def resolve(config: Settings, build: bool = True, data: str | None = None) -> Ce
     )
 
 
-def _train_spec(train: TrainSettings, technique: Adaptation, name: str, model: Any) -> TrainSpec:
+def _train_spec(
+    train: TrainSettings, technique: Adaptation, name: str, model: Any, defence: str = "none"
+) -> TrainSpec:
     """Training as the base ``model`` (named ``name``) will run it: the technique's epochs and rate where
-    ``train`` leaves them out, the base's ZeRO stage, the precision its weights imply."""
+    ``train`` leaves them out (the rate chosen under ``defence`` where one was), the base's ZeRO stage,
+    the precision its weights imply."""
     from ..infra.precision import resolve_precision
     from ..training.loop import TRAINER_VERSION
 
@@ -301,7 +304,7 @@ def _train_spec(train: TrainSettings, technique: Adaptation, name: str, model: A
     if deepspeed is None and trains:
         stage = model.resources.zero_stage or (2 if train.workers > 1 else None)
         deepspeed = None if stage is None else DeepSpeedSettings(stage)
-    epochs, checkpoints, lr = _schedule(train, technique, name, model.family)
+    epochs, checkpoints, lr = _schedule(train, technique, name, model.family, defence)
     return TrainSpec(
         epochs=epochs,
         checkpoints=checkpoints,
@@ -317,7 +320,7 @@ def _train_spec(train: TrainSettings, technique: Adaptation, name: str, model: A
 
 
 def _schedule(
-    train: TrainSettings, technique: Adaptation, name: str, family: str
+    train: TrainSettings, technique: Adaptation, name: str, family: str, defence: str = "none"
 ) -> tuple[int, tuple[float, ...], float]:
     """(epochs, checkpoints, learning rate): the technique's defaults where ``train`` leaves them out; the
     base itself at one checkpoint for a technique that trains nothing, whatever the training settings."""
@@ -325,7 +328,7 @@ def _schedule(
         return 0, (0,), 0.0
     written = int(train.checkpoints[-1]) if train.checkpoints else train.epochs
     epochs = technique.default_epochs if written is None else written
-    lr = technique.default_lr_on(name, family) if train.lr is None else train.lr
+    lr = technique.default_lr_on(name, family, defence) if train.lr is None else train.lr
     return epochs, tuple(train.checkpoints or (epochs,)), lr
 
 

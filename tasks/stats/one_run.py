@@ -16,8 +16,11 @@ training: a run claiming (ε, δ) with ε < ε̂ contradicts its claim. The same
 jax_privacy's ``_one_run_p_value`` (google-deepmind/jax_privacy, ``jax_privacy/auditing.py`` lines 110-136
 at commit 8967688); ``benchmarks/one_run_crosscheck.py`` compares the two on one score vector.
 
-Guesses are fixed in advance as fractions of m on each side (:data:`FRACTIONS`); the bound is the largest
-over them, each tested at α / (number of fractions) (Bonferroni), so the maximum holds at α.
+Guesses are fixed in advance as fractions of m (:data:`FRACTIONS`): for each fraction f, k = round(f · m)
+guesses on each side (k₊ = k₋ = k) and on the top alone (k₊ = k, k₋ = 0: jax_privacy's one-sided audit,
+which scores that rarely move a member, such as a gradient canary Poisson sampling left out, need); the
+bound is the largest over these guess counts, each tested at α / (their number) (Bonferroni), so the
+maximum holds at α.
 ``ceiling`` is the most this m could ever show: every guess right at the largest fraction (with r right
 guesses and δ = 0, ε̂ ≤ logit(α^(1/r)): r = 10 gives 1.05, r = 32 gives 2.32 at α = 0.05).
 
@@ -36,8 +39,14 @@ import numpy as np
 
 METHOD = "Steinke, Nasr & Jagielski 2023 one-run bound, add/remove, Bonferroni over the guess counts"
 ALPHA = 0.05
-#: k₊ = k₋ = round(fraction · m) for each fraction, fixed before any run
+#: k = round(fraction · m) for each fraction, fixed before any run
 FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.25)
+
+
+def guess_counts(m: int, fractions: Sequence[float] = FRACTIONS) -> list[tuple[int, int]]:
+    """The (k₊, k₋) tried over m canaries: (k, k) then (k, 0) for each fraction's k."""
+    ks = [min(m // 2, max(1, round(f * m))) for f in fractions]
+    return [(k, k) for k in ks] + [(k, 0) for k in ks]
 
 
 def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
@@ -92,17 +101,19 @@ def one_run_bound(
     m = len(values)
     if m != len(coins) or not np.isfinite(values).all():
         raise ValueError("one score (finite) per canary is needed")
-    level = alpha / len(fractions)
+    counts = guess_counts(m, fractions)
+    level = alpha / len(counts)
     rows: list[dict[str, Any]] = []
-    for fraction in fractions:
-        k = min(m // 2, max(1, round(fraction * m)))
-        r, v = guesses(values, coins, k, k)
-        rows.append({"k": k, "guesses": r, "correct": v, "eps": epsilon_lower(m, r, v, delta, level)})
+    for k_plus, k_minus in counts:
+        r, v = guesses(values, coins, k_plus, k_minus)
+        rows.append({"k_plus": k_plus, "k_minus": k_minus, "guesses": r, "correct": v,
+                     "eps": epsilon_lower(m, r, v, delta, level)})  # fmt: skip
     best = max(rows, key=lambda row: float(row["eps"]))
     widest = max(int(row["guesses"]) for row in rows)
     return {
         "eps_lower": best["eps"], "eps_ceiling": epsilon_lower(m, widest, widest, delta, level),
-        "m": m, "included": int(coins.sum()), "k": best["k"], "guesses": best["guesses"],
-        "correct": best["correct"], "delta": delta, "alpha": alpha, "by_k": rows,
+        "m": m, "included": int(coins.sum()), "k_plus": best["k_plus"], "k_minus": best["k_minus"],
+        "guesses": best["guesses"],
+        "correct": best["correct"], "delta": delta, "alpha": alpha, "by_guesses": rows,
         "adjacency": "add/remove one canary (independent inclusion)", "method": METHOD,
     }  # fmt: skip

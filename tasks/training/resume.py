@@ -7,7 +7,7 @@ and the scheduler's state, where the sampler is (the epoch, how many of its batc
 state the batch-order generators had before they drew the epoch's order, so the same order is drawn
 again), every random generator training draws from (torch's global CPU and CUDA generators: dropout;
 numpy's and Python's global ones; the loop's order generator, a sampler's own, a DP step's noise
-generator), the loss record so far with the epoch's running sums, and the checkpoints already taken. It is
+generator and its gradient canaries' draws and scores), the loss record so far with the epoch's running sums, and the checkpoints already taken. It is
 one ``torch.save`` file of tensors and plain values (read back with ``weights_only``), written to a
 temporary name and renamed, in a resume folder (:class:`ResumeFolder`) that holds beside it the checkpoint
 snapshots taken so far (hard links: a snapshot is never rewritten), so the audit after the resumed run
@@ -126,6 +126,7 @@ def capture(model: Any, step: Any, generators: dict[str, torch.Generator | None]
         "optimizer": step.optimizer.state_dict(),
         "scheduler": step.scheduler.state_dict(),
         "micro_batch": getattr(step, "micro_batch", None),
+        "canaries": canaries.state() if (canaries := getattr(step, "canaries", None)) else None,
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
         "numpy": _numpy_state(),
@@ -144,6 +145,8 @@ def put_back(
     step.scheduler.load_state_dict(state["scheduler"])
     if hasattr(step, "micro_batch"):
         step.micro_batch = state["micro_batch"]
+    if state.get("canaries") is not None:  # a DP step's gradient canaries: their scores and draws so far
+        step.canaries.load(state["canaries"])
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
