@@ -52,6 +52,7 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     limit: int | None = None,
     skip_bad: bool = False,
     baseline: bool = True,
+    shipped: str | None = None,
 ) -> AuditResult:
     """Attack ``model`` (a Hugging Face id, a local checkpoint or a registered base; with ``adapter`` on
     top) on its ``members`` and ``nonmembers`` files and return the scores with the verdict
@@ -64,7 +65,9 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     N records of each file (:func:`audit_preview` shows how they render, scoring nothing); a file with
     records that cannot be read (malformed, empty, too long, repeated) is refused unless ``skip_bad``.
     ``baseline``: also attack the un-adapted base (the reference) on the same files, where there is one
-    (an adapter's base or ``reference``): the verdict's baseline; False halves such an audit's time."""
+    (an adapter's base or ``reference``): the verdict's baseline; False halves such an audit's time.
+    ``shipped``: audit the model as it ships instead (``merged``, ``int8``, ``gguf-q8_0``, ``gguf-q4``:
+    docs/shipping.md)."""
     from .tasks.audit.run import run_audit
     from .tasks.audit.verdict import verdict
 
@@ -73,7 +76,7 @@ def audit(  # noqa: PLR0913  # the public call mirrors `privauditor audit`'s fla
     config, options = _prepared(
         model, members, settings=settings, adapter=adapter, reference=reference, revision=revision, dtype=dtype,
         chat_scored=chat_scored, text_column=text_column, pii=pii, render=render, limit=limit,
-        skip_bad=skip_bad, baseline=baseline,
+        skip_bad=skip_bad, baseline=baseline, shipped=shipped,
     )  # fmt: skip
     outcome = run_audit(model, str(members), str(nonmembers), Path(out), config, options)
     verdict(outcome.path, nonmembers_from)

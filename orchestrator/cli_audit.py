@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+from privauditor.tasks.shipping import FORMS
+
 from . import tables
 
 #: ``--fail-on``'s exit codes (0: the audit ran and its finding is not one ``--fail-on`` names; 2: bad
@@ -102,7 +104,7 @@ def _run_audit(args: argparse.Namespace, keep: bool = False) -> Any:
         "adapter": args.adapter, "reference": args.reference, "settings": args.set or [],
         "revision": args.revision, "dtype": args.dtype, "chat_scored": args.chat_scored,
         "text_column": args.text_column, "pii": dict(args.pii or []), "render": args.render, "limit": args.limit,
-        "skip_bad": args.skip_bad_records, "baseline": not args.no_baseline,
+        "skip_bad": args.skip_bad_records, "baseline": not args.no_baseline, "shipped": args.shipped,
     }  # fmt: skip
     if args.dry_run:
         preview = privauditor.audit_preview(args.model, args.members, args.nonmembers, **options)
@@ -167,6 +169,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     audit.add_argument("--revision", help="the Hugging Face id's branch, tag or commit (default: main)")
     audit.add_argument("--dtype", help="float32 (default), bfloat16 or float16: the weights as loaded")
     audit.add_argument("--adapter", help="peft adapter directory, or a cell's adapter/ directory")
+    audit.add_argument(
+        "--shipped",
+        choices=FORMS,
+        help="audit the model as it ships: the adapter merged, then int8 or a GGUF file (docs/shipping.md)",
+    )
     audit.add_argument(
         "--reference", help="reference model for the reference attack (default: the adapter's base)"
     )

@@ -33,7 +33,7 @@ def modules() -> dict[str, Path]:
 #: top.
 LAYERS = (
     ("tasks", "tasks.infra"),
-    ("tasks.stats", "tasks.datasets", "tasks.models"),
+    ("tasks.stats", "tasks.datasets", "tasks.models", "tasks.shipping"),
     ("tasks.leakage", "tasks.adaptations"),
     ("tasks.data",),
     ("tasks.training",),

@@ -68,6 +68,9 @@ def _identities(record: dict[str, Any]) -> list[tuple[str, str]]:
                     f"({record['trainable_params']:,} parameters added)"),
         ("reference model", audit.get("reference") or "none"),
     ]  # fmt: skip
+    shipped = audit.get("shipped")
+    if shipped:  # the audited function is the shipped form, not the model as trained
+        found.insert(2, ("audited as shipped", _shipped_text(shipped)))
     for part, label in (("members", "members"), ("nonmembers", "non-members")):
         f = files.get(part)
         detail = f"sha256 {f['sha256']}, {f['bytes']:,} bytes" if f else "identity not recorded"
@@ -263,6 +266,7 @@ def render(result: Any) -> str:
     roc = Results(CellFolder.at(result.path).out).roc_image(result.cell_id)
     audit = record["audit"]
     model = audit["model"] + (f" + {Path(audit['adapter']).name}" if audit["adapter"] else "")
+    model += f" as shipped ({audit['shipped']['form']})" if audit.get("shipped") else ""
     top = max(strongest, key=lambda r: r["auc_value"]) if strongest else None
     return str(
         render_page(
@@ -348,3 +352,17 @@ def write_report(result: Any, folder: Path, pdf: bool = True) -> list[Path]:
     if binary:
         written.append(print_pdf(page, page.with_suffix(".pdf"), binary))
     return written
+
+
+def _shipped_text(shipped: dict[str, Any]) -> str:
+    """The shipped form as the report names it (docs/shipping.md)."""
+    form = shipped["form"]
+    if form == "merged":
+        return "merged: the adapter folded into the base's weights"
+    if form == "int8":
+        return (
+            f"int8: {shipped['int8_layers']} linear layers dynamically quantised (the adapter merged first)"
+        )
+    return (f"{form}: the merged model written to a GGUF file, {shipped['quantised_tensors']} matrices at "
+            f"{shipped['quant']} and {len(shipped['float_tensors'])} tensors in float32 ({shipped['bytes']:,} bytes), "
+            "read back by transformers' GGUF reader")  # fmt: skip

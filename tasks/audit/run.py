@@ -84,6 +84,9 @@ class AuditOptions:
     limit: int | None = None  # only the first N records of each file
     skip_bad: bool = False  # audit the rest of a file some of whose records cannot be read
     baseline: bool = True  # also attack the un-adapted base (the reference) on the same files
+    shipped: str | None = (
+        None  # audit the model as it ships (tasks/shipping): merged, int8, gguf-q8_0, gguf-q4
+    )
 
 
 def run_audit(
@@ -151,6 +154,8 @@ def _identify(files: AuditFiles, config: CellConfig, options: AuditOptions) -> A
     # identities (may build what the attacks need, so after the checks); the data is the files' records
     spec = resolve(config, data=f"sha256:{texts}")
     adapter_hash = directory_hash(Path(options.adapter)) if options.adapter else "none"
+    if options.shipped:  # another function: scored apart from the unshipped model's
+        adapter_hash += f"+shipped:{options.shipped}"
     model_spec = resolve_model(files.model, options.revision, options.dtype)
     # the precision by the weights as loaded (--dtype included), as a cell's (tasks/infra/precision.py)
     precision = resolve_precision(precision_setting(config.train), model_spec.dtype)
@@ -173,6 +178,7 @@ class AuditTarget:
     trainable: int
     parts: dict[str, list[Any]]
     receipts: Any
+    shipped: dict[str, Any] | None = None  # the shipped form audited (None: the model as loaded)
 
 
 def _load_target(inputs: AuditInputs, options: AuditOptions) -> AuditTarget:
@@ -180,6 +186,9 @@ def _load_target(inputs: AuditInputs, options: AuditOptions) -> AuditTarget:
     from ..training.receipts import audit_receipts
 
     loaded, technique, trainable = load_adapted(inputs.model_spec, options.adapter)
+    shipped = None
+    if options.shipped:
+        loaded, shipped = _shipped(loaded, technique, options.shipped, inputs.spec.train.precision)
     to_precision(loaded.model, inputs.spec.train.precision)
     max_length = inputs.spec.train.max_length
     check_context(max_length, virtual_tokens(loaded.model), loaded, inputs.files.model)
@@ -190,8 +199,29 @@ def _load_target(inputs: AuditInputs, options: AuditOptions) -> AuditTarget:
                  for k, v in parts.items()}  # fmt: skip
     receipts = audit_receipts(parts, loaded.tokenizer, max_length, loaded.seq2seq, loaded.model)
     return AuditTarget(
-        loaded=loaded, technique=technique, trainable=trainable, parts=parts, receipts=receipts
-    )
+        loaded=loaded, technique=technique, trainable=trainable, parts=parts, receipts=receipts,
+        shipped=shipped,
+    )  # fmt: skip
+
+
+def _shipped(loaded: Any, technique: str, form: str, precision: str) -> tuple[Any, dict[str, Any]]:
+    """``loaded`` with its model as ``form`` ships it (``tasks/shipping``), and what was done."""
+    import tempfile
+
+    from ..shipping import ship
+
+    if form == "int8" and precision != "fp32":
+        raise PrivauditorError(
+            f"--shipped int8 quantises float32 weights: not at train.precision {precision}"
+        )
+    if technique == "checkpoint":  # a whole checkpoint: a plain model already
+        technique = "full"
+    elif technique == "peft":  # an adapter saved by another tool: peft says which kind
+        kind = str(next(iter(loaded.model.peft_config.values())).peft_type).split(".")[-1].lower()
+        technique = {"lora": "lora", "ia3": "ia3"}.get(kind, kind)
+    with tempfile.TemporaryDirectory(prefix="privauditor-shipped-") as work:
+        model, record = ship(form, loaded.model, technique, loaded.family.name, Path(work))
+    return dataclasses.replace(loaded, model=model), record
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,6 +364,7 @@ def _audit_id(
     if options.pii:  # what it looks for changes what it writes
         key.append({"pii": [list(field) for field in options.pii]})
     adapter = Path(options.adapter).name if options.adapter else "checkpoint"
+    adapter += f"-{options.shipped}" if options.shipped else ""  # (in the key through adapter_hash)
     return "__".join(["audit", slug(label(model)), slug(adapter), stable_hash(key, 8)])
 
 
@@ -372,6 +403,7 @@ def _about(
         "revision": inputs.model_spec.revision,
         "dtype": inputs.model_spec.dtype,
         "adapter": options.adapter,
+        "shipped": target.shipped,
         "reference": base_name,
         "members": files.members,
         "nonmembers": files.nonmembers,
