@@ -148,7 +148,8 @@ def test_what_cannot_ship_says_why():
 
 def test_privauditor_audit_shipped_scores_the_form_it_names(tmp_path):
     """``privauditor audit --shipped``: merged scores as the adapter on its base (LOSS within 1e-4), the
-    GGUF form is another audit whose scores moved only a little, and its record and report name the form."""
+    GGUF form is another audit whose scores moved only a little, and its record and report name the form;
+    the same GGUF written to a file with its tokenizer and audited as ``--model FILE.gguf`` scores alike."""
     import json
 
     import pyarrow.parquet as pq
@@ -168,8 +169,13 @@ def test_privauditor_audit_shipped_scores_the_form_it_names(tmp_path):
     (split_file,) = (tmp_path / "cells" / "shared" / "splits").glob("*.json")
     members, nonmembers = write_files(tmp_path, split_file)
     out = tmp_path / "audit"
-    argv = [*audit_argv("tiny-gpt2", members, nonmembers, out), "--adapter", str(outcome.path / "adapter")]
-    argv += ["--set", "attacks=[loss]", "--set", "score.bootstrap=50", "--no-baseline"]
+    settings = ["--set", "attacks=[loss]", "--set", "score.bootstrap=50", "--no-baseline"]
+    argv = [
+        *audit_argv("tiny-gpt2", members, nonmembers, out),
+        "--adapter",
+        str(outcome.path / "adapter"),
+        *settings,
+    ]
     loss = {}
     for form in ("", "merged", "gguf-q8_0"):
         assert main([*argv, *(["--shipped", form] if form else [])]) == 0
@@ -182,6 +188,38 @@ def test_privauditor_audit_shipped_scores_the_form_it_names(tmp_path):
     assert all(abs(loss["merged"][k] - loss[""][k]) < 1e-4 for k in loss[""])
     moved = [abs(loss["gguf-q8_0"][k] - loss[""][k]) for k in loss[""]]
     assert 0 < max(moved) < 0.05
-    (gguf_audit,) = [a for a in load_results(out).audits if "gguf" in a.cell_id]
+    # the same GGUF written as a file (its tokenizer in it), audited directly as llama.cpp users would
+    from privauditor.tasks.passes.adapted import load_adapted
+
+    loaded, _, _ = load_adapted("tiny-gpt2", str(outcome.path / "adapter"))
+    ship("gguf-q8_0", loaded.model, "lora", "gpt2", tmp_path / "file", loaded.tokenizer)
+    direct = [*audit_argv(str(tmp_path / "file" / "gguf-q8_0.gguf"), members, nonmembers, out), *settings]
+    assert main(direct) == 0
+    (folder,) = (out / "cells").glob("audit__*gguf-q8_0.gguf__checkpoint__*")
+    rows = pq.read_table(folder / "scores.parquet").to_pylist()
+    assert all(abs(r["score"] - loss["gguf-q8_0"][r["sample_id"]]) < 1e-4 for r in rows) and len(rows) == 24
+    aucs = {a.cell_id: a.metrics["loss"]["auc"] for a in load_results(out).audits}
+    assert aucs[folder.name] == aucs[next(c for c in aucs if "adapter-gguf" in c)]
+    (gguf_audit,) = [a for a in load_results(out).audits if "adapter-gguf" in a.cell_id]
     page = gguf_audit.report(tmp_path / "report", pdf=False)[0].read_text()
     assert "as shipped (gguf-q8_0)" in page and "read back by transformers&#39; GGUF reader" in page
+
+
+def test_a_gguf_model_file_privauditor_cannot_read_is_refused_in_one_line(tmp_path):
+    import gguf
+
+    from privauditor.tasks.models import resolve_model
+
+    (tmp_path / "broken.gguf").write_bytes(b"not a gguf file")
+    with pytest.raises(PrivauditorError, match=r"^cannot read broken.gguf as a GGUF file: "):
+        resolve_model(str(tmp_path / "broken.gguf"))
+    writer = gguf.GGUFWriter(str(tmp_path / "encoder.gguf"), "t5")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(
+        PrivauditorError,
+        match="encoder.gguf is a GGUF of architecture t5; privauditor reads llama, gpt2, bloom files",
+    ):
+        resolve_model(str(tmp_path / "encoder.gguf"))

@@ -220,7 +220,7 @@ def _shipped(loaded: Any, technique: str, form: str, precision: str) -> tuple[An
         kind = str(next(iter(loaded.model.peft_config.values())).peft_type).split(".")[-1].lower()
         technique = {"lora": "lora", "ia3": "ia3"}.get(kind, kind)
     with tempfile.TemporaryDirectory(prefix="privauditor-shipped-") as work:
-        model, record = ship(form, loaded.model, technique, loaded.family.name, Path(work))
+        model, record = ship(form, loaded.model, technique, loaded.family.name, Path(work), loaded.tokenizer)
     return dataclasses.replace(loaded, model=model), record
 
 

@@ -83,7 +83,8 @@ def family_for_model_type(model_type: str, where: str) -> Family:
 def resolve_model(name: str, revision: str | None = None, dtype: str | None = None) -> ModelSpec:
     """The spec for a registered name, a local checkpoint directory, or a Hugging Face id.
 
-    Local directories are identified from ``config.json`` without loading weights. Any other name is a
+    Local directories are identified from ``config.json`` without loading weights, a local ``.gguf`` file
+    from its ``general.architecture``. Any other name is a
     Hugging Face id (``gpt2`` as well as ``org/name``), whose config comes from the hub or the local HF
     cache to learn its family; a name within a typo of a registered one (``tiny-lama``) is an error that
     suggests it.
@@ -94,6 +95,11 @@ def resolve_model(name: str, revision: str | None = None, dtype: str | None = No
     if name in MODELS:
         return replace(MODELS.get(name), **overrides)
     path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":  # a llama.cpp file, converted once (_package.py)
+        from ._package import gguf_family
+
+        found = str(path.resolve())
+        return ModelSpec(name=found, family=gguf_family(path), source="gguf", path=found, **overrides)
     if path.is_dir():
         config_file = path / "config.json"
         if not config_file.is_file():
@@ -169,6 +175,11 @@ def checkpoint_path(
         from ._package import package_base_dir
 
         found = package_base_dir(spec.slug, spec.packaged, build=build)
+        return None if found is None else str(found)
+    if spec.source == "gguf":
+        from ._package import gguf_base_dir
+
+        found = gguf_base_dir(Path(spec.path), build=build)
         return None if found is None else str(found)
     if spec.source != "tiny":
         return spec.path

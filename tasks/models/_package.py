@@ -51,6 +51,33 @@ def package_base_dir(name: str, packaged: Packaged, build: bool = True) -> Path 
     return cached_dir("packaged", name, key, (lambda tmp: _convert(packaged, tmp)) if build else None)
 
 
+#: the families whose GGUF files privauditor reads as a model (causal ones transformers' reader reads)
+GGUF_ARCHITECTURES = {"llama": "llama", "gpt2": "gpt2", "bloom": "bloom"}
+
+
+def gguf_family(path: Path) -> str:
+    """The family of the GGUF file at ``path``, from its ``general.architecture``."""
+    import gguf
+
+    try:
+        field = gguf.GGUFReader(str(path)).fields["general.architecture"]
+        arch = bytes(field.parts[field.data[0]]).decode()
+    except Exception as exc:
+        raise PrivauditorError(f"cannot read {path.name} as a GGUF file: {one_line(exc)}") from None
+    if arch not in GGUF_ARCHITECTURES:
+        raise PrivauditorError(
+            f"{path.name} is a GGUF of architecture {arch}; privauditor reads {', '.join(GGUF_ARCHITECTURES)} files"
+        )
+    return GGUF_ARCHITECTURES[arch]
+
+
+def gguf_base_dir(path: Path, build: bool = True) -> Path | None:
+    """A local GGUF file's converted checkpoint folder (converted first if missing; with ``build`` False,
+    None then), keyed by the file's sha256: the file needs its tokenizer in it (llama.cpp's files have)."""
+    key = {"gguf_sha256": _sha256(path), "conversion": CONVERSION_VERSION}
+    return cached_dir("gguf", path.stem, key, (lambda tmp: convert_gguf(path, tmp)) if build else None)
+
+
 def packaged_identity(folder: Path, packaged: Packaged) -> str:
     """``sha256:<hex of the converted weights>@<package>==<version>``."""
     return f"{checkpoint_identity(folder)}@{packaged.requirement}"

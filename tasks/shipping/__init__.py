@@ -43,9 +43,13 @@ def unsupported_reason(form: str, technique: str, family: str) -> str | None:
     return None
 
 
-def ship(form: str, model: Any, technique: str, family: str, work_dir: Path) -> tuple[Any, dict[str, Any]]:
+def ship(
+    form: str, model: Any, technique: str, family: str, work_dir: Path, tokenizer: Any = None
+) -> tuple[Any, dict[str, Any]]:
     """``model`` (adapted by ``technique`` on a ``family`` base, left untouched) as ``form``: the shipped
-    model, in eval mode, and what was done (``form``, and per form its details)."""
+    model, in eval mode, and what was done (``form``, and per form its details). A GGUF form's file is
+    ``work_dir/<form>.gguf``, with ``tokenizer`` in it where one is given (then it stands alone, as
+    ``privauditor audit --model FILE.gguf`` reads it)."""
     reason = unsupported_reason(form, technique, family)
     if reason is not None:
         raise PrivauditorError(f"cannot ship as {form}: {reason}")
@@ -58,4 +62,4 @@ def ship(form: str, model: Any, technique: str, family: str, work_dir: Path) -> 
         return dynamic_int8(plain)
     from .gguf_file import round_trip
 
-    return round_trip(plain, family, form, work_dir)
+    return round_trip(plain, family, form, work_dir, tokenizer)

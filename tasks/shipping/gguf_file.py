@@ -28,17 +28,21 @@ QUANT = {"gguf-q8_0": "Q8_0", "gguf-q4": "Q4_0"}
 TRANSPOSED = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
 
 
-def round_trip(model: Any, family: str, form: str, work_dir: Path) -> tuple[Any, dict[str, Any]]:
-    """``model`` (plain) written to ``work_dir/<form>.gguf`` and read back as a plain float32 model."""
+def round_trip(
+    model: Any, family: str, form: str, work_dir: Path, tokenizer: Any = None
+) -> tuple[Any, dict[str, Any]]:
+    """``model`` (plain) written to ``work_dir/<form>.gguf`` (with ``tokenizer``: :func:`write`) and read
+    back as a plain float32 model."""
     work_dir.mkdir(parents=True, exist_ok=True)
     path = work_dir / f"{form}.gguf"
-    kinds = write(model, family, path, QUANT[form])
+    kinds = write(model, family, path, QUANT[form], tokenizer)
     back = read(path, model.config, seq2seq=family == "t5")
     return back, {"form": form, "quant": QUANT[form], "bytes": path.stat().st_size} | kinds
 
 
-def write(model: Any, family: str, path: Path, quant: str) -> dict[str, Any]:
-    """The GGUF file of ``model``: matrices at ``quant`` where their rows allow, the rest float32."""
+def write(model: Any, family: str, path: Path, quant: str, tokenizer: Any = None) -> dict[str, Any]:
+    """The GGUF file of ``model``: matrices at ``quant`` where their rows allow, the rest float32; with
+    ``tokenizer`` (a byte-level BPE), its vocabulary and merges too, so the file stands alone."""
     import gguf
     from transformers.modeling_gguf_pytorch_utils import TensorProcessor, get_gguf_hf_weights_map
 
@@ -55,6 +59,8 @@ def write(model: Any, family: str, path: Path, quant: str) -> dict[str, Any]:
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     writer = gguf.GGUFWriter(str(path), arch)
     _metadata(writer, config, family)
+    if tokenizer is not None:
+        _tokenizer(writer, tokenizer)
     floats, quantised = [], 0
     for hf_name, tensor in state.items():
         name = to_gguf.get(hf_name)
@@ -127,6 +133,30 @@ def _layout(array: np.ndarray, name: str, config: Any, family: str) -> np.ndarra
         rows = (-1, width) if array.ndim == 2 else (-1,)
         return np.concatenate([grouped[:, i].reshape(rows) for i in range(3)], axis=0)
     return array
+
+
+def _tokenizer(writer: Any, tokenizer: Any) -> None:
+    """A byte-level BPE tokenizer as llama.cpp stores one (``tokenizer.ggml.model`` gpt2: tokens by id,
+    special ones typed control, merges, the special ids)."""
+    import json
+
+    state = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
+    if state.get("type") != "BPE":
+        raise ValueError(f"a {state.get('type')} tokenizer: only byte-level BPE is written to GGUF here")
+    vocab = dict(state["vocab"])
+    for token in tokenizer.all_special_tokens:  # added tokens outside the model's vocabulary
+        vocab.setdefault(token, tokenizer.convert_tokens_to_ids(token))
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    special = set(tokenizer.all_special_tokens)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in special else 1 for t in tokens])  # 3: control, 1: normal
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in state["merges"]])
+    for name, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
+                      ("pad", writer.add_pad_token_id), ("unk", writer.add_unk_token_id)):  # fmt: skip
+        found = getattr(tokenizer, f"{name}_token_id")
+        if found is not None:
+            add(found)
 
 
 def _metadata(writer: Any, config: Any, family: str) -> None:
