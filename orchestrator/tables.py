@@ -74,9 +74,11 @@ def listing(what: str) -> str:
         from privauditor.tasks.defences import DEFENCES
 
         rows, about = [], []
-        for name, cls in DEFENCES.items():
-            rows.append([name, cls.version,
-                         " ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls.settings))])  # fmt: skip
+        for name, cls in DEFENCES.items():  # the settings wrapped to fit 100 columns, a line a row
+            settings = " ".join(f"{f.name}={f.default}" for f in dataclasses.fields(cls.settings))
+            lines = textwrap.wrap(settings, 80)
+            rows.append([name, cls.version, lines[0]])
+            rows += [["", "", line] for line in lines[1:]]
             about.append(textwrap.fill((cls.__doc__ or "").strip().splitlines()[0], 100,
                                        initial_indent=f"{name:<10} ", subsequent_indent=" " * 11))  # fmt: skip
         return render(["defence", "version", "settings (defaults)"], rows) + "\n\n" + "\n".join(about)

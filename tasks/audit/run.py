@@ -84,9 +84,8 @@ class AuditOptions:
     limit: int | None = None  # only the first N records of each file
     skip_bad: bool = False  # audit the rest of a file some of whose records cannot be read
     baseline: bool = True  # also attack the un-adapted base (the reference) on the same files
-    shipped: str | None = (
-        None  # audit the model as it ships (tasks/shipping): merged, int8, gguf-q8_0, gguf-q4
-    )
+    #: audit the model as it ships (tasks/shipping): merged, int8, gguf-q8_0 or gguf-q4
+    shipped: str | None = None
 
 
 def run_audit(
@@ -220,7 +219,7 @@ def _shipped(loaded: Any, technique: str, form: str, precision: str) -> tuple[An
         kind = str(next(iter(loaded.model.peft_config.values())).peft_type).split(".")[-1].lower()
         technique = {"lora": "lora", "ia3": "ia3"}.get(kind, kind)
     with tempfile.TemporaryDirectory(prefix="privauditor-shipped-") as work:
-        model, record = ship(form, loaded.model, technique, loaded.family.name, Path(work), loaded.tokenizer)
+        model, record = ship(form, loaded.model, technique, loaded.family.name, Path(work))  # file not kept
     return dataclasses.replace(loaded, model=model), record
 
 

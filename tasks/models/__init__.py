@@ -84,10 +84,9 @@ def resolve_model(name: str, revision: str | None = None, dtype: str | None = No
     """The spec for a registered name, a local checkpoint directory, or a Hugging Face id.
 
     Local directories are identified from ``config.json`` without loading weights, a local ``.gguf`` file
-    from its ``general.architecture``. Any other name is a
-    Hugging Face id (``gpt2`` as well as ``org/name``), whose config comes from the hub or the local HF
-    cache to learn its family; a name within a typo of a registered one (``tiny-lama``) is an error that
-    suggests it.
+    from its ``general.architecture``. Any other name is a Hugging Face id (``gpt2`` as well as
+    ``org/name``), whose config comes from the hub or the local HF cache to learn its family; a name
+    within a typo of a registered one (``tiny-lama``) is an error that suggests it.
     """
     if dtype is not None and dtype not in DTYPES:
         raise PrivauditorError(f"unknown dtype '{dtype}' (allowed: {', '.join(DTYPES)})")

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ..infra.errors import PrivauditorError
+
 ARCH = {"llama": "llama", "gpt2": "gpt2", "bloom": "bloom", "t5": "t5"}
 QUANT = {"gguf-q8_0": "Q8_0", "gguf-q4": "Q4_0"}
 TRANSPOSED = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
@@ -54,7 +56,7 @@ def write(model: Any, family: str, path: Path, quant: str, tokenizer: Any = None
     state = model.state_dict()
     dropped = sorted(k for k in state if k not in to_gguf and not _tied_alias(k, family))
     if dropped:  # an unmapped tensor would silently ship the base without it
-        raise ValueError(f"no GGUF name for {len(dropped)} tensors, e.g. {dropped[0]}")
+        raise PrivauditorError(f"no GGUF name for {len(dropped)} tensors of the model, e.g. {dropped[0]}")
     qtype = gguf.GGMLQuantizationType[quant]
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     writer = gguf.GGUFWriter(str(path), arch)
@@ -99,7 +101,7 @@ def read(path: Path, config: Any, seq2seq: bool) -> Any:
     finally:
         reader.tqdm = bar
     if info["missing_keys"] or info["unexpected_keys"]:
-        raise ValueError(
+        raise PrivauditorError(
             f"{path.name}: missing {sorted(info['missing_keys'])}, unexpected {sorted(info['unexpected_keys'])}"
         )
     plain_config = copy.deepcopy(loaded.config)
@@ -142,7 +144,9 @@ def _tokenizer(writer: Any, tokenizer: Any) -> None:
 
     state = json.loads(tokenizer.backend_tokenizer.to_str())["model"]
     if state.get("type") != "BPE":
-        raise ValueError(f"a {state.get('type')} tokenizer: only byte-level BPE is written to GGUF here")
+        raise PrivauditorError(
+            f"a {state.get('type')} tokenizer: only byte-level BPE is written to GGUF here"
+        )
     vocab = dict(state["vocab"])
     for token in tokenizer.all_special_tokens:  # added tokens outside the model's vocabulary
         vocab.setdefault(token, tokenizer.convert_tokens_to_ids(token))
