@@ -206,17 +206,14 @@ def write_rates(settings: dict, chosen: dict[str, dict[str, float]], dp: bool = 
     if not dp:
         settings.pop("dp_epsilon", None)
     models = set(settings["models"])
-    tables = {"": (_rates.SETTINGS, _rates.RATES), "DP_": (_rates.DP_SETTINGS, _rates.DP_RATES)}
-    found = tables["DP_" if dp else ""]
-    blocks = [b for b in found[0] if not models & set(b["models"])] + [settings]
-    rates = {t: {m: r for m, r in by.items() if m not in models} for t, by in found[1].items()}
+    blocks, rates = (_rates.DP_SETTINGS, _rates.DP_RATES) if dp else (_rates.SETTINGS, _rates.RATES)
+    blocks = [b for b in blocks if not models & set(b["models"])] + [settings]
+    rates = {t: {m: r for m, r in by.items() if m not in models} for t, by in rates.items()}
     for technique, by_model in chosen.items():
         rates.setdefault(technique, {}).update(by_model)
-    tables["DP_" if dp else ""] = (
-        blocks,
-        {t: dict(sorted(by.items())) for t, by in sorted(rates.items()) if by},
-    )
-    (blocks, rates), (dp_blocks, dp_rates) = tables[""], tables["DP_"]
+    rates = {t: dict(sorted(by.items())) for t, by in sorted(rates.items()) if by}
+    kept = (_rates.SETTINGS, _rates.RATES) if dp else (_rates.DP_SETTINGS, _rates.DP_RATES)
+    (blocks, rates), (dp_blocks, dp_rates) = (kept, (blocks, rates)) if dp else ((blocks, rates), kept)
     RATES_FILE.write_text(
         '"""Learning rates of each technique on each base, chosen by validation NLL under the constant\n'
         "schedule (the rule and the command: ``benchmarks/learning_rates.py``). Written by that script.\n"

@@ -187,7 +187,9 @@ def _load_target(inputs: AuditInputs, options: AuditOptions) -> AuditTarget:
     loaded, technique, trainable = load_adapted(inputs.model_spec, options.adapter)
     shipped = None
     if options.shipped:
-        loaded, shipped = _shipped(loaded, technique, options.shipped, inputs.spec.train.precision)
+        from .shipped import shipped_model
+
+        loaded, shipped = shipped_model(loaded, technique, options.shipped, inputs.spec.train.precision)
     to_precision(loaded.model, inputs.spec.train.precision)
     max_length = inputs.spec.train.max_length
     check_context(max_length, virtual_tokens(loaded.model), loaded, inputs.files.model)
@@ -201,26 +203,6 @@ def _load_target(inputs: AuditInputs, options: AuditOptions) -> AuditTarget:
         loaded=loaded, technique=technique, trainable=trainable, parts=parts, receipts=receipts,
         shipped=shipped,
     )  # fmt: skip
-
-
-def _shipped(loaded: Any, technique: str, form: str, precision: str) -> tuple[Any, dict[str, Any]]:
-    """``loaded`` with its model as ``form`` ships it (``tasks/shipping``), and what was done."""
-    import tempfile
-
-    from ..shipping import ship
-
-    if form == "int8" and precision != "fp32":
-        raise PrivauditorError(
-            f"--shipped int8 quantises float32 weights: not at train.precision {precision}"
-        )
-    if technique == "checkpoint":  # a whole checkpoint: a plain model already
-        technique = "full"
-    elif technique == "peft":  # an adapter saved by another tool: peft says which kind
-        kind = str(next(iter(loaded.model.peft_config.values())).peft_type).split(".")[-1].lower()
-        technique = {"lora": "lora", "ia3": "ia3"}.get(kind, kind)
-    with tempfile.TemporaryDirectory(prefix="privauditor-shipped-") as work:
-        model, record = ship(form, loaded.model, technique, loaded.family.name, Path(work))  # file not kept
-    return dataclasses.replace(loaded, model=model), record
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -26,7 +26,5 @@ def dynamic_int8(model: Any) -> tuple[Any, dict[str, Any]]:
     with warnings.catch_warnings():  # torch.ao's dynamic quantisation is deprecated in favour of torchao
         warnings.simplefilter("ignore")
         quantised = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    layers = sum(
-        1 for m in quantised.modules() if type(m).__name__ == "Linear" and "quantized" in type(m).__module__
-    )
+    layers = sum(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in quantised.modules())
     return quantised.eval(), {"form": "int8", "int8_layers": layers, "conv1d_made_linear": converted}
