@@ -152,6 +152,7 @@ def _report(args: argparse.Namespace) -> int:
     from privauditor.tasks.infra.results import Results
 
     from .report.leaderboard import rows
+    from .report.row_schema import trained_rows
     from .report.summary import SUMMARY_HEADER, summary
     from .report.write import leaderboard, write_findings
 
@@ -169,7 +170,7 @@ def _report(args: argparse.Namespace) -> int:
     _check_attack(args.attack, found, args.dir)
     other = _against(args.against, results) if args.against else None
     leaderboard(results, found)
-    print(tables.render(["adaptation", *SUMMARY_HEADER], summary(found, "adaptation")))
+    print(tables.render(["adaptation", *SUMMARY_HEADER], summary(trained_rows(found), "adaptation")))
     print(f"leaderboard: {results.root / 'leaderboard.html'} ({len(found)} rows)")
     print(write_findings(results, found, args.attack, other))
     print(f"findings: {results.root / 'findings.md'}")
@@ -183,6 +184,7 @@ def _against(location: str, results: Results) -> tuple[str, list[dict[str, Any]]
     from privauditor.tasks.infra.results import Results
 
     from .report.leaderboard import rows
+    from .report.row_schema import trained_rows
 
     other = Results.at(location)
     if other.uri.rstrip("/") == results.uri.rstrip("/"):
@@ -194,7 +196,7 @@ def _against(location: str, results: Results) -> tuple[str, list[dict[str, Any]]
     except PrivauditorError as exc:
         raise PrivauditorError(f"--against {exc}") from None
     other.pull_summaries()
-    return other.uri.rstrip("/").rsplit("/", 1)[-1], rows(other.root)
+    return other.uri.rstrip("/").rsplit("/", 1)[-1], trained_rows(rows(other.root))
 
 
 def _check_attack(attack: str, found: list[dict[str, Any]], name: str) -> None:

@@ -77,8 +77,10 @@ def test_two_sweeps_merge_by_seed_and_adding_again_changes_nothing(runs, tmp_pat
     records_a = check(Store(store))[0]
     for r in (
         records_a
-    ):  # written as schema 5: keyed by step, the trainable fraction, low-FPR, extraction, exposure, one-run
-        assert r["schema_version"] == 5 and r["trainable_fraction"] is not None and "eps_one_run" in r
+    ):  # written as schema 6: keyed by step, the trainable fraction, low-FPR, extraction, exposure, one-run,
+        # shipped (the models as trained here)
+        assert r["schema_version"] == 6 and r["trainable_fraction"] is not None and "eps_one_run" in r
+        assert r["shipped"] == "trained"
         assert {"extraction_greedy_members", "extraction_sampled_difference_ci_high", "exposure_top"} <= set(
             r
         )

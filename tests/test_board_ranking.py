@@ -20,6 +20,7 @@ from privauditor.orchestrator.cli import main
 from privauditor.orchestrator.report import battery
 from privauditor.orchestrator.report.blocks import fraction_text
 from privauditor.tasks.infra.cache import stable_hash
+from privauditor.tasks.spec.resolved import setting_of
 
 from .test_board import Page, snapshot
 
@@ -38,7 +39,7 @@ def record(run: str, model: str, adaptation: str, auc: float, seed: int = 0, ste
 
     found = dict.fromkeys(rec.fields()) | {
         "format": rec.FORMAT, "schema_version": rec.SCHEMA_VERSION, "run": run, "cell_id": cell_id,
-        "setting": rec.setting_of(spec), "model": model, "adaptation": adaptation, "dataset": "d", "seed": seed,
+        "setting": setting_of(spec), "shipped": "trained", "model": model, "adaptation": adaptation, "dataset": "d", "seed": seed,
         "defence": defence, "epoch": step / 10, "step": step, "trainable_fraction": 0.01, "utility_loss": 3.0, "best": True, "supersedes": [],
         "attacks": {"loss": attack(auc, "black-box") | extra.pop("loss", {}), "blind": attack(0.5, "model-free")},
         "provenance": dict.fromkeys(rec.PROVENANCE_FIELDS, {}) | {"versions": {"privauditor": "0"}, "spec": spec,
@@ -155,6 +156,7 @@ def test_schema_1_records_are_still_read_and_a_mixed_store_says_so(tmp_path, cap
     assert all(
         r["trainable_fraction"] is None and r["attacks"]["loss"]["tpr_at_0fp"] is None for r in records
     )
+    assert {r["shipped"] for r in records} == {"trained"}  # a record before schema 6: the model as trained
     assert main(["board", "build", str(store), "--out", str(tmp_path / "site")]) == 0
     new = block("new-run", "m", {"lora": 0.7})
     mixed = store_of(tmp_path / "mixed", old + new)
@@ -168,13 +170,13 @@ def test_schema_1_records_are_still_read_and_a_mixed_store_says_so(tmp_path, cap
         "key": record_key(old[0]["provenance"]["spec"], "old-run", old[0]["cell_id"], 20)
     }
     assert "not the hash of its spec, run, cell and epoch" in rec.problems(keyed_by_step)[0]
-    assert rec.problems(old[0] | {"schema_version": 6})[0].endswith(
-        "version 1, 2, 3, 4 or 5, the ones this privauditor reads"
+    assert rec.problems(old[0] | {"schema_version": 7})[0].endswith(
+        "version 1, 2, 3, 4, 5 or 6, the ones this privauditor reads"
     )
-    # the same folder added again as schema 5: one record per (run, cell, step), the newer one
+    # the same folder added again as schema 6: one record per (run, cell, step), the newer one
     rows = cell_rows(records + block("old-run", "m", {"lora": 0.7}))
     assert len(rows) == 4 and {r["runs"] for r in rows} == {1} and rows[0]["trainable_fraction"] == 0.01
-    assert rec.SCHEMA_VERSION == 5
+    assert rec.SCHEMA_VERSION == 6
 
 
 def test_the_site_is_byte_identical_across_builds(tmp_path):

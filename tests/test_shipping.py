@@ -18,16 +18,17 @@ from .helpers import fresh_base
 FAMILIES = ["llama", "gpt2", "opt", "bloom", "gptj", "t5"]
 
 
-def adapted(family_name: str, technique: str, seed: int = 0):
-    """The tiny base adapted by ``technique``, its trainable tensors moved off their initial values (a
-    zero LoRA B would merge to the base whatever the merge did), and a padded batch of records."""
+def adapted(family_name: str, technique: str, seed: int = 0, scale: float = 0.05):
+    """The tiny base adapted by ``technique``, its trainable tensors moved off their initial values by
+    noise of sd ``scale`` (a zero LoRA B would merge to the base whatever the merge did), and a padded
+    batch of records."""
     family, tokenizer, base = fresh_base(family_name)
     model = apply_seeded(build_adaptation(technique, None), base, family, seed=seed)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
-                p.add_(0.05 * torch.randn(p.shape, generator=generator))
+                p.add_(scale * torch.randn(p.shape, generator=generator))
     examples = load_dataset("finance").examples[:4]
     batch = collate(encode(tokenizer, examples, 48, family.seq2seq), tokenizer.pad_token_id, family.seq2seq)
     return family, model.eval(), batch
@@ -131,14 +132,16 @@ def test_int8_quantises_every_linear_layer_and_gpt2s_conv1d_as_the_linear_it_is(
 
 
 def test_what_cannot_ship_says_why():
-    assert "prefix cannot be merged" in unsupported_reason("merged", "prefix", "llama")
-    assert "adapter_h cannot be merged" in unsupported_reason("int8", "adapter_h", "gpt2")
+    assert "prefix has no merge: it ships unmerged" in unsupported_reason("merged", "prefix", "llama")
     assert "cannot read the opt architecture" in unsupported_reason("gguf-q4", "lora", "opt")
     assert (
         unsupported_reason("int8", "lora", "opt") is None
         and unsupported_reason("gguf-q8_0", "full", "t5") is None
+        and unsupported_reason("int8", "adapter_h", "gpt2") is None  # unmerged, on an int8 base
     )
-    with pytest.raises(PrivauditorError, match="unknown shipped form 'gguf-q2': choose one of merged, int8"):
+    if not torch.cuda.is_available():
+        assert "nf4 needs" in unsupported_reason("nf4", "lora", "llama")
+    with pytest.raises(PrivauditorError, match="unknown form 'gguf-q2': choose from merged, int8"):
         unsupported_reason("gguf-q2", "lora", "llama")
     with pytest.raises(
         PrivauditorError, match="cannot ship as gguf-q8_0: transformers' GGUF reader cannot read the gptj"
@@ -146,27 +149,166 @@ def test_what_cannot_ship_says_why():
         ship("gguf-q8_0", None, "lora", "gptj", None)
 
 
-def test_privauditor_audit_shipped_scores_the_form_it_names(tmp_path):
+@pytest.mark.parametrize("form", ["gguf-q8_0", "gguf-q4"])
+@pytest.mark.parametrize("family_name", ["gpt2", "llama"])
+def test_quantising_in_place_is_the_gguf_files_round_trip_tensor_for_tensor(family_name, form, tmp_path):
+    """The unmerged path (each frozen weight quantised in place by the file's rule) gives exactly the
+    weights the file written and read back gives, for a plain model (GPT-2: transposed ``Conv1D``;
+    LLaMA: permuted query and key rows)."""
+    from privauditor.tasks.shipping.merge import merged
+    from privauditor.tasks.shipping.unmerged import gguf_in_place
+
+    family, model, _ = adapted(family_name, "lora")
+    plain = merged(model, "lora").requires_grad_(False)
+    through_file, record = ship(form, model, "lora", family.name, tmp_path)
+    in_place, found = gguf_in_place(plain, form)
+    assert found["quantised_tensors"] == record["quantised_tensors"] > 0
+    after = through_file.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in in_place.state_dict().items())
+
+
+@pytest.mark.parametrize("form", ["int8", "gguf-q8_0", "gguf-q4"])
+@pytest.mark.parametrize(("family_name", "technique"), [("gpt2", "adapter_h"), ("llama", "prompt"),
+                                                        ("llama", "llama_adapter"), ("t5", "parallel")])  # fmt: skip
+def test_a_technique_without_a_merge_ships_its_adapter_in_float_on_the_shipped_base(
+    family_name, technique, form, tmp_path
+):
+    """Prompt learning, LLaMA-Adapter and the bottleneck adapters ship unmerged: every trainable tensor
+    as trained, the base's quantised (int8: its frozen linear layers swapped, the adapters' kept float and
+    still run through their hooks). The adapter still acts: it moves the shipped base's logits as it moved
+    the float base's (mean |Δ logit| within a third), and the scores move as little as the merged forms'."""
+    family, model, batch = adapted(family_name, technique, scale=0.5)
+    trained = {k: v.clone() for k, v in model.named_parameters() if v.requires_grad}
+    shipped, record = ship(form, model, technique, family.name, tmp_path)
+    assert record["unmerged"] and record["form"] == form
+    kept = dict(shipped.named_parameters())
+    assert all(torch.equal(kept[k], v) for k, v in trained.items() if k in kept)
+    if form == "int8":
+        assert record["int8_layers"] > 0
+        assert not any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for n, m in shipped.named_modules()
+                       if any(p.requires_grad for p in m.parameters()))  # fmt: skip
+    else:
+        assert record["quantised_tensors"] > 0 and set(trained) <= set(kept)
+    base = fresh_base(family_name)[2].eval()
+    shipped_base = ship(form, base, "none", family.name, tmp_path / "base")[0]
+    width = batch["labels"].shape[1]  # prompt learning's logits lead with its virtual tokens
+    effect = (logits(model, batch)[:, -width:] - logits(base, batch)).abs().mean()
+    kept_effect = (logits(shipped, batch)[:, -width:] - logits(shipped_base, batch)).abs().mean()
+    assert abs(kept_effect - effect) < effect / 3, (kept_effect, effect)
+    assert 0 < abs(nll(shipped, batch) - nll(model, batch)) < LOOSE[form if form != "int8" else "gguf-q8_0"]
+
+
+FORMS = ["merged", "gguf-q8_0", "int8"]
+
+
+@pytest.fixture(scope="module")
+def shipped_cell(tmp_path_factory):
+    """A LoRA cell on tiny GPT-2 whose last checkpoint is also audited as three shipped forms, and its
+    split's `none` control (the board wants it), shipped too."""
+    from privauditor.tasks.cell.run import run_cell
+    from privauditor.tasks.spec.config import cell_config
+
+    out = tmp_path_factory.mktemp("shipped") / "cells"
+    configs = [
+        cell_config(
+            {"model": "tiny-gpt2", "adaptation": adaptation, "dataset": "climate"},
+            [
+                "split={members: 12, nonmembers: 12, validation: 4}",
+                "train.epochs=1",
+                "score.bootstrap=50",
+                "attacks=[loss, zlib, gradnorm, blind]",
+                f"score.shipped=[{', '.join(FORMS)}]",
+            ],
+        )  # fmt: skip
+        for adaptation in ("none", "lora")
+    ]
+    outcomes = [run_cell(config, out) for config in configs]
+    return out, configs[1], outcomes[1]
+
+
+def _scores(folder):
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(folder / "scores.parquet").to_pylist()
+    return {r["sample_id"]: r["score"] for r in rows if r["attack"] == "loss"}
+
+
+def test_the_shipped_axis_audits_each_form_beside_the_trained_model(shipped_cell, tmp_path, capsys):
+    """``score.shipped``: each form's folder and record, merged scoring as trained (1e-4), the gradient
+    attack skipped with why; rows with a ``shipped`` column, findings' *As shipped*, a board that keeps
+    the forms apart and filters by them; the cell ids of cells without the setting are unchanged."""
+    import json
+
+    from privauditor.orchestrator.board.store import Store
+    from privauditor.orchestrator.cli import main
+    from privauditor.orchestrator.report.findings import findings
+    from privauditor.orchestrator.report.leaderboard import build
+    from privauditor.orchestrator.report.row_schema import trained_rows
+    from privauditor.tasks.spec.config import cell_config
+
+    out, config, outcome = shipped_cell
+    record = json.loads((outcome.path / "cell.json").read_text())
+    assert [s["shipped"] for s in record["shipped"]] == FORMS and all("path" in s for s in record["shipped"])
+    trained = _scores(outcome.path)
+    merged = _scores(outcome.path / "shipped" / "merged")
+    assert merged.keys() == trained.keys() and max(abs(merged[k] - trained[k]) for k in trained) < 1e-4
+    metrics = json.loads((outcome.path / "shipped" / "int8" / "metrics.json").read_text())
+    assert "no trained parameters" in metrics["gradnorm"]["skipped"] and "auc" in metrics["loss"]
+    rows = build(out)
+    forms = {r["shipped"] for r in rows}
+    assert forms == {"trained", *FORMS} and len(trained_rows(rows)) == 2 * 4  # two cells, four attacks
+    assert {r["setting"].rsplit("+", 1)[-1] for r in rows if r["shipped"] == "int8"} == {"int8"}
+    text = findings(out, rows)
+    assert "## As shipped" in text and "| lora | gguf-q8_0 | 1 |" in text and "| lora | merged | 1 | " in text
+    store = tmp_path / "store"
+    assert main(["board", "add", str(out), str(store)]) == 0
+    records = [json.loads(p.read_text()) for p in Store(store).local.glob("records/*/*.json")]
+    lora = [r for r in records if r["adaptation"] == "lora"]
+    assert (
+        sorted(r["shipped"] for r in lora) == sorted(["trained", *FORMS])
+        and len({r["key"] for r in lora}) == 4
+    )
+    # `none` is plain: its merged form is the model as trained, left out with why
+    assert sorted(r["shipped"] for r in records if r["adaptation"] == "none") == [
+        "gguf-q8_0",
+        "int8",
+        "trained",
+    ]
+    assert main(["board", "build", str(store), "--out", str(tmp_path / "site"), "--shipped", "int8"]) == 0
+    capsys.readouterr()
+    assert main(["board", "build", str(store), "--out", str(tmp_path / "site2"), "--shipped", "nf4"]) == 2
+    err = capsys.readouterr().err
+    assert "no records of form 'nf4' in the store: it holds gguf-q8_0, int8, merged, trained" in err
+    plain = cell_config(
+        {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "climate"}, ["score.shipped=[]"]
+    )
+    assert "shipped" not in plain.resolve().to_dict()["score"]
+    assert (
+        plain.cell_id()
+        == cell_config({"model": "tiny-gpt2", "adaptation": "lora", "dataset": "climate"}).cell_id()
+    )
+    with pytest.raises(PrivauditorError, match="score.shipped names a form twice"):
+        cell_config(
+            {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "climate"}, ["score.shipped=[int8, int8]"]
+        )
+
+
+def test_privauditor_audit_shipped_scores_the_form_it_names(shipped_cell, tmp_path):
     """``privauditor audit --shipped``: merged scores as the adapter on its base (LOSS within 1e-4), the
     GGUF form is another audit whose scores moved only a little, and its record and report name the form;
-    the same GGUF written to a file with its tokenizer and audited as ``--model FILE.gguf`` scores alike."""
+    the same GGUF written to a file with its tokenizer and audited as ``--model FILE.gguf`` scores alike,
+    and as the cell's own shipped axis scored it (the same AUC)."""
     import json
 
     import pyarrow.parquet as pq
 
     from privauditor import load_results
     from privauditor.orchestrator.cli import main
-    from privauditor.tasks.cell.run import run_cell
-    from privauditor.tasks.spec.config import cell_config
 
     from .test_audit import audit_argv, write_files
 
-    config = cell_config(
-        {"model": "tiny-gpt2", "adaptation": "lora", "dataset": "climate"},
-        ["split={members: 12, nonmembers: 12, validation: 4}", "train.epochs=1"],
-    )
-    outcome = run_cell(config, tmp_path / "cells")
-    (split_file,) = (tmp_path / "cells" / "shared" / "splits").glob("*.json")
+    cells, _, outcome = shipped_cell
+    (split_file,) = (cells / "shared" / "splits").glob("*.json")
     members, nonmembers = write_files(tmp_path, split_file)
     out = tmp_path / "audit"
     settings = ["--set", "attacks=[loss]", "--set", "score.bootstrap=50", "--no-baseline"]
@@ -200,6 +342,8 @@ def test_privauditor_audit_shipped_scores_the_form_it_names(tmp_path):
     assert all(abs(r["score"] - loss["gguf-q8_0"][r["sample_id"]]) < 1e-4 for r in rows) and len(rows) == 24
     aucs = {a.cell_id: a.metrics["loss"]["auc"] for a in load_results(out).audits}
     assert aucs[folder.name] == aucs[next(c for c in aucs if "adapter-gguf" in c)]
+    axis = json.loads((outcome.path / "shipped" / "gguf-q8_0" / "metrics.json").read_text())["loss"]["auc"]
+    assert aucs[folder.name] == axis  # the file audited directly, and the cell's shipped axis
     (gguf_audit,) = [a for a in load_results(out).audits if "adapter-gguf" in a.cell_id]
     page = gguf_audit.report(tmp_path / "report", pdf=False)[0].read_text()
     assert "as shipped (gguf-q8_0)" in page and "read back by transformers&#39; GGUF reader" in page

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from privauditor.orchestrator.report.row_schema import TRAINED
+from privauditor.tasks.shipping import FORMS
+
 
 def _add(args: argparse.Namespace) -> int:
     from .check import add
@@ -32,9 +35,10 @@ def _check(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from .site import build
 
-    now = build(args.store, args.out, args.hypothesis)
+    now = build(args.store, args.out, args.hypothesis, args.shipped)
     counts = now["counts"]
-    print(f"board: {counts['records']} records from {counts['runs']} runs, {counts['settings']} settings, "
+    form = "" if args.shipped == TRAINED else f" as shipped ({args.shipped})"
+    print(f"board{form}: {counts['records']} records from {counts['runs']} runs, {counts['settings']} settings, "
           f"{counts['rows']} setting rows: {args.out}/index.html")  # fmt: skip
     return 0
 
@@ -84,6 +88,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--hypothesis", metavar="SWEEP",
         help="a sweep file or shipped sweep name whose hypothesis block Page's test checks (default: none)",
+    )  # fmt: skip
+    build.add_argument(
+        "--shipped", default=TRAINED, metavar="FORM",
+        help=f"the board of the models in one form: {TRAINED} (default) or a shipped form ({', '.join(FORMS)})",
     )  # fmt: skip
     build.set_defaults(handler=_build)
     release = actions.add_parser("release", help="write a release manifest (the history page compares them)")

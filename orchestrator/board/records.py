@@ -16,6 +16,9 @@ Schema versions: 2 (written) adds ``trainable_fraction`` and the low-FPR fields 
 :data:`privauditor.orchestrator.report.row_schema.TPR_COLUMNS` and keys by step. A schema-1 record (keyed by
 epoch) is still read: :func:`problems` checks it against its own fields and its key with the epoch
 rule, and :func:`upgrade` fills the newer fields with ``None`` in memory; its stored bytes and key stay.
+Schema 6 adds ``shipped``: the form the checkpoint was audited in (``trained``, or a shipped form of the
+last checkpoint: tasks/shipping). A shipped form's key and setting add the form; a trained model's are as
+before, so a record of an earlier version reads as the model ``trained`` (its :attr:`Column.missing`).
 """
 
 from __future__ import annotations
@@ -30,12 +33,11 @@ from typing import Any
 from privauditor.tasks.infra.cache import stable_hash
 from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.infra.results import Results
-from privauditor.tasks.spec.resolved import setting_of
 
-from ..report.row_schema import columns, record_fields
+from ..report.row_schema import TRAINED, columns, missing_value, record_fields, row_setting, shipped_form
 
 FORMAT = "privauditor-board-record"
-SCHEMA_VERSION = 5  # 3: the extraction rates; 4: PII inference and canary exposure; 5: one-run DP audit
+SCHEMA_VERSION = 6  # 3: extraction rates; 4: PII inference, canary exposure; 5: one-run DP audit; 6: shipped
 #: the versions this privauditor reads: a record of an earlier one lacks the columns added since
 VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
 PROVENANCE_FIELDS = (
@@ -84,9 +86,11 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def record_key(spec: dict[str, Any], run: str, cell_id: str, step: int | None) -> str:
-    """A schema-2 record's key: its cell's definition, its run, its cell id and its checkpoint's step."""
-    return stable_hash({"cell": stable_hash(spec, 64), "run": run, "cell_id": cell_id, "step": step}, 32)
+def record_key(spec: dict[str, Any], run: str, cell_id: str, step: int | None, shipped: str = TRAINED) -> str:
+    """A schema-2 record's key: its cell's definition, its run, its cell id and its checkpoint's step (and
+    from schema 6 a shipped form's name; the model as trained keys as before)."""
+    key = {"cell": stable_hash(spec, 64), "run": run, "cell_id": cell_id, "step": step}
+    return stable_hash(key if shipped == TRAINED else key | {"shipped": shipped}, 32)
 
 
 def record_key_v1(spec: dict[str, Any], run: str, cell_id: str, epoch: int | None) -> str:
@@ -99,7 +103,7 @@ def expected_key(record: dict[str, Any]) -> str:
     spec, run, cell_id = record["provenance"]["spec"], record["run"], record["cell_id"]
     if record["schema_version"] == 1:
         return record_key_v1(spec, run, cell_id, record["epoch"])
-    return record_key(spec, run, cell_id, record["step"])
+    return record_key(spec, run, cell_id, record["step"], record.get("shipped") or TRAINED)
 
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +113,7 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
         return record
     per_attack = attack_fields()
     attacks = {name: {k: metrics.get(k) for k in per_attack} for name, metrics in record["attacks"].items()}
-    return {k: record.get(k) for k in fields()} | {"attacks": attacks}
+    return {k: record.get(k, missing_value(k)) for k in fields()} | {"attacks": attacks}
 
 
 def run_id(results: Any) -> str:
@@ -130,17 +134,17 @@ def run_id(results: Any) -> str:
 def from_results(location: str | Path, supersedes: dict[tuple, str] | None = None) -> list[dict[str, Any]]:
     """Every record of a results folder (a path or an object-store URI), in cell and step order; audits
     (``privauditor audit``) are not benchmark cells and are left out (a folder of audits only is refused).
-    ``supersedes`` maps (model, technique, dataset, seed, step) to the key of a record these replace."""
+    ``supersedes`` maps (model, technique, dataset, seed, step, shipped) to the key of a record these replace."""
     from privauditor.orchestrator.report.leaderboard import rows
 
     results = Results.at(location)
     results.check_readable()  # before run_id gives an older folder a run id
     run = run_id(results)
     results.pull_summaries()
-    by_cell: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    by_cell: dict[tuple[str, Any, str], list[dict[str, Any]]] = {}
     for row in rows(results.root):
-        by_cell.setdefault((row["cell_id"], row["step"]), []).append(row)
-    cells = {c: results.cell(c).record() for c, _ in by_cell}
+        by_cell.setdefault((row["cell_id"], row["step"], row["shipped"]), []).append(row)
+    cells = {c: results.cell(c).record() for c, _, _ in by_cell}
     audits = {c for c, cell in cells.items() if "audit" in cell}
     if audits and audits == set(cells):
         raise PrivauditorError(
@@ -152,11 +156,12 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
         print(f"skipped {len(audits)} audit(s) of a user's own model ({shown}): the board compares benchmark "
               "cells; an audit's result is its own report", file=sys.stderr)  # fmt: skip
     records = []
-    for (cell_id, step), found in by_cell.items():
+    for (cell_id, step, shipped), found in by_cell.items():
         if cell_id in audits:
             continue
         cell = cells[cell_id]
-        checkpoint = next(c for c in cell["checkpoints"] if c["step"] == step)
+        audited = cell["checkpoints"] if shipped == TRAINED else cell.get("shipped", [])
+        checkpoint = next(c for c in audited if c.get("step") == step and shipped_form(c) == shipped)
         record = _record(run, cell, checkpoint, found)
         named = (supersedes or {}).get(identity(record))
         record["supersedes"] = [named] if named else []
@@ -166,7 +171,7 @@ def from_results(location: str | Path, supersedes: dict[tuple, str] | None = Non
 
 def _record(run: str, cell: dict[str, Any], checkpoint: dict[str, Any], found: list[dict]) -> dict[str, Any]:
     first, spec = found[0], cell["config"]
-    record = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "run": run, "setting": setting_of(spec)}
+    record = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "run": run}
     record |= {k: first[k] for k in fields() if k in first}
     record["attacks"] = {r["attack"]: {k: r[k] for k in attack_fields()} for r in found}
     record["provenance"] = {
@@ -180,17 +185,18 @@ def _record(run: str, cell: dict[str, Any], checkpoint: dict[str, Any], found: l
         "train": cell.get("train", {}),
         "defence": cell.get("defence", {"name": "none"}),
     }
-    record["key"] = record_key(spec, run, cell["cell_id"], checkpoint["step"])
+    record["key"] = record_key(spec, run, cell["cell_id"], checkpoint["step"], shipped_form(checkpoint))
     return record
 
 
 def identity(record: dict[str, Any]) -> tuple:
-    """What a correction must share with the record it supersedes: the same cell at the same step (of
-    either schema version), up to the settings a fix may change."""
+    """What a correction must share with the record it supersedes: the same cell at the same step in the
+    same form (of any schema version), up to the settings a fix may change."""
     from privauditor.tasks.spec.resolved import technique_of
 
     technique = technique_of(record["cell_id"], record["adaptation"])
-    return (record["model"], technique, record["dataset"], record["seed"], record["step"])
+    shipped = record.get("shipped") or TRAINED
+    return (record["model"], technique, record["dataset"], record["seed"], record["step"], shipped)
 
 
 def rows_of(record: dict[str, Any], runs: int = 1) -> list[dict[str, Any]]:
@@ -239,8 +245,11 @@ def problems(record: Any, path: str = "") -> list[str]:
             found.append(
                 f"{where}key {record['key']} is not the hash of its spec, run, cell and {by} ({expected})"
             )
-        if record["setting"] != setting_of(provenance["spec"]):
-            found.append(f"{where}setting {record['setting']} is not the hash of its spec without the seed")
+        if record["setting"] != row_setting(provenance["spec"], record.get("shipped") or TRAINED):
+            found.append(
+                f"{where}setting {record['setting']} is not the hash of its spec without the seed (and its "
+                "shipped form)"
+            )
     if not isinstance(record.get("supersedes"), list):
         found.append(f"{where}supersedes is a list of record keys")
     return found

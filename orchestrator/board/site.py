@@ -41,7 +41,7 @@ from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.infra.files import replace_folder
 from privauditor.tasks.spec.resolved import slug
 
-from ..report.row_schema import arrow_schema, setting_columns
+from ..report.row_schema import TRAINED, arrow_schema, setting_columns
 from .check import valid_records
 from .history import changes, manifests, summary
 from .merge import cell_rows, setting_rows
@@ -168,13 +168,17 @@ def _rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return [[r["model"], r["technique"], r["dataset"], r["epoch"], r["attack"], _f(r["auc"]), r["n_seeds"]] for r in rows]  # fmt: skip
 
 
-def build(location: str | Path, out: str | Path, hypothesis: str | None = None) -> dict[str, Any]:
+def build(
+    location: str | Path, out: str | Path, hypothesis: str | None = None, shipped: str = TRAINED
+) -> dict[str, Any]:
     """Validate the store and write the site to ``out``; returns the board's summary. ``hypothesis``: a
-    sweep (file or shipped name) whose ``hypothesis`` block Page's test checks on the ranking."""
+    sweep (file or shipped name) whose ``hypothesis`` block Page's test checks on the ranking; ``shipped``:
+    the form whose records the board shows (the models as trained, or one shipped form: tasks/shipping)."""
     store = Store(location)
-    records = valid_records(store)
-    if not records:
+    every = valid_records(store)
+    if not every:
         raise PrivauditorError(f"store {store.uri} holds no records: board add a results folder first")
+    records = of_form(every, shipped)
     out = Path(out).resolve()
     for part in ("records", "releases"):
         if store.local is not None and (out == store.local / part or store.local / part in out.parents):
@@ -224,6 +228,16 @@ def build(location: str | Path, out: str | Path, hypothesis: str | None = None) 
 
     replace_folder(out, write_site)
     return now
+
+
+def of_form(records: list[dict[str, Any]], shipped: str) -> list[dict[str, Any]]:
+    """The records of the models in form ``shipped`` (``trained``, or a shipped form), or a one-line error
+    naming the forms the store holds."""
+    found = [r for r in records if (r.get("shipped") or TRAINED) == shipped]
+    if not found:
+        forms = sorted({r.get("shipped") or TRAINED for r in records})
+        raise PrivauditorError(f"no records of form {shipped!r} in the store: it holds {', '.join(forms)}")
+    return found
 
 
 def _tables(folder: Path, settings: list[dict[str, Any]]) -> None:

@@ -47,7 +47,7 @@ from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
 from .headline import ATTACK, view_of
 from .matched import matched_section
-from .row_schema import Row
+from .row_schema import Row, trained_rows
 
 PRIMARY_ATTACK = ATTACK  # the headline's (:mod:`.headline`)
 
@@ -64,7 +64,11 @@ def findings(
 ) -> str:
     """``findings.md`` of the results folder ``out`` whose leaderboard rows are ``rows``; ``other``, a
     (name, rows) pair of another results folder, adds a section ranking both alike (:mod:`.against`)."""
+    from .shipped import shipped_section
+
     out = Path(out)
+    as_shipped = shipped_section(out, rows, attack)
+    rows = trained_rows(rows)  # every comparison of techniques reads the models as trained
     hypothesis, registration = of_results(out, rows)
     own = hypothesis is not None and hypothesis.attack == attack
     view = view_of(hypothesis, attack)
@@ -98,7 +102,7 @@ def findings(
     if other is not None:
         lines += against(rows, other[1], (out.name, other[0]), attack, view)
     extra = defence_table(rows, attack) + one_run_table(out, rows) + duplication_table(out, rows, attack)
-    extra += where_ran(out, rows)
+    extra += as_shipped + where_ran(out, rows)
     if not found:
         return "\n".join(lines + [f"No finished undefended cell ran `{attack}`.", ""] + extra)
     lines += _strongest(rows, view, main)

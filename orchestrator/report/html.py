@@ -144,8 +144,10 @@ def leaderboard_html(out: Path, found: Sequence[Mapping[str, Any]]) -> str:
     """The page of the rows ``found``: a results folder's (:func:`.leaderboard.rows`) or the board's cell
     rows (:mod:`privauditor.orchestrator.board.merge`), so any mapping of the leaderboard's columns."""
     from .formats import fraction_text, tpr_text
+    from .row_schema import trained_rows
     from .summary import APART_HEADER, SUMMARY_HEADER, apart_table, final, summary, technique
 
+    found = trained_rows(found)  # the shipped forms: findings.md's *As shipped*, the board's filter
     audits = bool(found) and all(r["cell_id"].startswith("audit__") for r in found)
     out = Path(out)
     plots = out / "plots"

@@ -33,7 +33,7 @@ from privauditor.tasks.infra.results import Results
 from privauditor.tasks.spec.resolved import spec_of
 
 from .formats import fraction_text, markdown_table, tpr_text
-from .row_schema import Row, Source, arrow_schema, columns, row
+from .row_schema import Row, Source, arrow_schema, columns, row, trained_rows
 from .summary import APART_HEADER, SUMMARY_HEADER, apart_table, summary
 
 #: the columns that are rates or probabilities, by prefix
@@ -41,12 +41,13 @@ RATES = ("auc", "tpr_", "extraction_", "pii_")
 
 
 def rows(out: Path) -> list[Row]:
-    """One row per (finished cell, checkpoint, attack), sorted by cell id, epoch, attack."""
+    """One row per (finished cell, checkpoint, attack), sorted by cell id, epoch, attack, then the rows of
+    the last checkpoint's shipped forms (``shipped``; ``trained`` in the rest)."""
     found: list[Row] = []
     for folder in Results(out).folders():
         record = folder.record()
         spec = spec_of(record)
-        for checkpoint, metrics in folder.checkpoints():
+        for checkpoint, metrics in folder.checkpoints(shipped=True):
             for attack in sorted(metrics):
                 if "auc" in metrics[attack]:
                     found.append(checked(row(Source(record, spec, checkpoint, attack, metrics[attack]))))
@@ -95,6 +96,8 @@ def write(out: Path, found: Sequence[Mapping[str, Any]]) -> None:
     table = pa.Table.from_pylist(found, schema=schema) if found else schema.empty_table()
     _atomic(out / "leaderboard.parquet", lambda p: pq.write_table(table, p))
     _atomic(out / "leaderboard.csv", lambda p: pacsv.write_csv(table, p))
+    every, found = len(found), trained_rows(found)  # the shipped forms' rows: in the files above only
+    shipped = every - len(found)
     header = ["model", "adaptation", "dataset", "seed", "epoch", "best", "attack", "access", "AUC", "95% CI",
               "TPR@1%FPR [95% CI]", "TPR at 0 FP of N", "trainable", "val NLL"]  # fmt: skip
     body = [
@@ -146,6 +149,15 @@ def write(out: Path, found: Sequence[Mapping[str, Any]]) -> None:
         "",
         markdown_table(header, body),
         "",
+        *(
+            [
+                f"The {shipped} rows of shipped forms (column `shipped`) are in `leaderboard.parquet` and `.csv`; "
+                "`findings.md` compares them with the models as trained (*As shipped*).",
+                "",
+            ]
+            if shipped
+            else []
+        ),
     ]
     _atomic(out / "leaderboard.md", lambda p: p.write_text("\n".join(markdown)))
     write_html(out, found)

@@ -69,6 +69,7 @@ def _write(results: Path, tmp: Path, found: list[Row]) -> None:
     from . import export_files
     from .exports import finished_times
     from .leaderboard import write
+    from .row_schema import trained_rows
 
     (tmp / "plots").mkdir()
     cells = sorted({r["cell_id"] for r in found})
@@ -77,7 +78,8 @@ def _write(results: Path, tmp: Path, found: list[Row]) -> None:
         if png.is_file():
             shutil.copyfile(png, tmp / "plots" / png.name)
     write(tmp, found)
-    export_files.write(tmp, found, finished_times(results, cells))  # Hub and Every Eval Ever files, both
+    trained = trained_rows(found)  # the models as trained; the shipped forms are in the leaderboard's rows
+    export_files.write(tmp, trained, finished_times(results, cells))  # Hub and Every Eval Ever files, both
     provenance = {}
     for cell_id in cells:
         record = Results(results).cell(cell_id).record()

@@ -47,6 +47,8 @@ class Column:
     level: str = "cell"
     setting: bool = True
     since: int = 1
+    #: its value in a board record of a version before ``since`` (one that predates the column)
+    missing: Any = None
 
 
 def access_of(attack: str) -> str:
@@ -168,6 +170,28 @@ def _one_run(s: Source, which: str) -> Any:
     return found["kind"] if which == "kind" else found["kinds"][found["kind"]][which]
 
 
+#: the ``shipped`` column of the model as trained (tasks/shipping's forms name the rest)
+TRAINED = "trained"
+
+
+def shipped_form(checkpoint: Any) -> str:
+    """The form a checkpoint record was audited in: ``trained``, or its shipped form (tasks/shipping)."""
+    return checkpoint.get("shipped") or TRAINED
+
+
+def row_setting(spec: dict[str, Any], shipped: str = TRAINED) -> str:
+    """The row's setting: its spec's without the seed (:func:`setting_of`), and a shipped form's apart
+    from the trained model's (``<setting>+<form>``), so the board never merges the two."""
+    setting = setting_of(spec)
+    return setting if shipped == TRAINED else f"{setting}+{shipped}"
+
+
+def trained_rows(rows: Any) -> list[Any]:
+    """The rows of models as trained: what every comparison of techniques reads (``findings.md``'s
+    *As shipped* reads the shipped forms' beside them)."""
+    return [r for r in rows if r.get("shipped") in (None, TRAINED)]
+
+
 #: the low-FPR columns (:func:`_tpr_columns`)
 TPR_COLUMNS = tuple(c.name for c in _tpr_columns())
 
@@ -221,14 +245,15 @@ ROW: list[Column] = [
         level="attack",
         setting=False,
     ),  # fmt: skip
-    Column("setting", lambda s: setting_of(s.record["config"]), "string"),
+    Column("shipped", lambda s: shipped_form(s.checkpoint), "string", since=6, missing=TRAINED),
+    Column("setting", lambda s: row_setting(s.record["config"], shipped_form(s.checkpoint)), "string"),
     Column("runs", lambda s: 1, "int", "board"),  # rows a board row merges (1 in a results folder)
 ]
 
 #: the board's setting rows: their order, with the columns merging seeds adds (kinds in
 #: :data:`SETTING_KINDS`); a :data:`ROW` column with ``setting`` that is not named here comes last
 SETTING_ORDER = (
-    "setting", "model", "technique", "adaptation", "dataset", "defence", "epsilon_target", "epoch", "step",
+    "setting", "model", "technique", "adaptation", "dataset", "defence", "epsilon_target", "shipped", "epoch", "step",
     "last", "attack", "access", "n_seeds", "seeds", "runs", "auc", "auc_std", "auc_ci_low", "auc_ci_high",
     "ci_over", "tpr_at_0.1pct_fpr", "tpr_at_1pct_fpr", "n_members", "n_nonmembers", "utility_loss",
     "epsilon", "eps_lower", "eps_bounded", "eps_ceiling", "eps_one_run", "one_run_canaries", "dp_violation", "trainable_params",
@@ -313,6 +338,7 @@ Row = TypedDict(
         "one_run_kind": str | None,
         "dp_violation": bool | None,
         "auc_repeated_vs_singleton": float | None,
+        "shipped": str,
         "setting": str,
         "runs": int | None,
     },
@@ -333,6 +359,11 @@ def columns() -> list[str]:
 def row(source: Source) -> Row:
     """One leaderboard row of a finished cell."""
     return {c.name: c.value(source) for c in ROW}  # type: ignore[return-value]  # the columns are Row's
+
+
+def missing_value(name: str) -> Any:
+    """A column's value in a board record that predates it (:attr:`Column.missing`)."""
+    return next((c.missing for c in ROW if c.name == name), None)
 
 
 def record_fields(level: str, version: int) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ def write_findings(
     from .findings import findings
     from .leaderboard import write_html
     from .plots import privacy_utility_pngs
+    from .row_schema import trained_rows
 
     results.fetch(ATTEMPTS)  # the confirmatory attempts logged so far (an object store's copy)
     text = findings(results.root, found, attack, other)
@@ -42,7 +43,8 @@ def write_findings(
     results.upload("findings.md")
     if (results.root / ATTEMPTS).exists():
         results.upload(ATTEMPTS)
-    for path in privacy_utility_pngs(found, attack, results.root / "plots" / "privacy_utility"):
+    curves = privacy_utility_pngs(trained_rows(found), attack, results.root / "plots" / "privacy_utility")
+    for path in curves:
         results.upload(path.relative_to(results.root).as_posix())
     write_html(results.root, found)  # now with the plots
     results.upload("leaderboard.html")

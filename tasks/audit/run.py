@@ -235,7 +235,8 @@ def _measure(
     ref = _reference(base_name, model, inputs.model_spec, weights, spec.train.precision)
     started = time.perf_counter()
     # an audit's plan: one model, no trajectory, no recipe, a reference only where one is given
-    skipped = skipped_attacks(spec.attacks, Facts(reference=ref is not None, recipe=False))
+    shipped = options.shipped is not None  # merged or quantised: no trained parameters, no gradient
+    skipped = skipped_attacks(spec.attacks, Facts(reference=ref is not None, recipe=False, shipped=shipped))
     max_length = spec.train.max_length
     how = Evaluate(
         out_dir=cell_dir, shared=shared, max_length=max_length, reference=ref,
@@ -248,6 +249,7 @@ def _measure(
     checkpoint = checkpoint_record(  # one, of unknown training epoch
         epoch=None, step=None, best=None, path=".", utility_loss=utility, adaptation_hash=inputs.adapter_hash,
         attacks=[a.name for a in spec.attacks], views=found.views, extraction=found.extraction,
+        **({"shipped": options.shipped} if options.shipped else {}),
     )  # fmt: skip
     return Measured(checkpoint=checkpoint, reference=base_name, baseline=baseline, started=started)
 

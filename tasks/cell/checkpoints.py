@@ -15,6 +15,7 @@ from ..infra.provenance import directory_hash
 from ..infra.records import CheckpointRecord, checkpoint_record
 from ..infra.results import checkpoint_path
 from ..spec.resolved import CellSpec
+from .audit_settings import CellAudit, how_at, model_utility
 from .environment import CellEnvironment, Clock
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,12 @@ class Trained:
 
 def audit_checkpoints(
     trained: Trained, cell_dir: Path, shared: Path, reference: Any, clock: Clock, env: CellEnvironment
-) -> list[CheckpointRecord]:
-    """Score and attack each checkpoint of ``trained``; returns the ``checkpoints`` records of
-    ``cell.json``. Every snapshot's validation NLL comes first: the best one (lowest NLL; the earliest of
-    ties) gets the costly attacks too. At the last, a canary kind whose one-run lower bound on ε exceeds
-    what a DP run has spent is listed under ``dp_violations`` and logged as a bug."""
+) -> tuple[list[CheckpointRecord], list[dict[str, Any]]]:
+    """Score and attack each checkpoint of ``trained``, then the last one's shipped forms; returns the
+    ``checkpoints`` and ``shipped`` records of ``cell.json`` (:mod:`.shipped`). Every snapshot's
+    validation NLL comes first: the best one (lowest NLL; the earliest of ties) gets the costly attacks
+    too. At the last, a canary kind whose one-run lower bound on ε exceeds what a DP run has spent is
+    listed under ``dp_violations`` and logged as a bug."""
     from ..views._base import Recipe
     from .plan import plan_cell
 
@@ -73,28 +75,12 @@ def audit_checkpoints(
         earlier.append(checkpoint)
         shown.update(1, epoch=epoch)
     shown.close()
-    return audited
+    if not spec.score.shipped:
+        return audited, []
+    from .shipped import audit_shipped
 
-
-@dataclass(frozen=True, kw_only=True)
-class CellAudit:
-    """What the audits of a cell's checkpoints share: the trained cell, its folder and the results
-    folder's ``shared/``, the reference model, what the orchestrator lends (``env``), how the technique
-    adapted (``recipe``), the δ of the empirical ε bound, the split's parts, each snapshot's validation NLL
-    by step, and the steps of the best and the last checkpoints."""
-
-    trained: Trained
-    cell_dir: Path
-    shared: Path
-    reference: Any
-    clock: Clock
-    env: CellEnvironment
-    recipe: Any
-    delta: float
-    parts: dict[str, Any]
-    utilities: dict[int, float]
-    best: int
-    last: int
+    last_hash = audited[-1]["adaptation_hash"]
+    return audited, audit_shipped(cell, plan.checkpoints[-1], tuple(earlier[:-1]), last_hash)
 
 
 def _audit_checkpoint(
@@ -115,7 +101,7 @@ def _audit_checkpoint(
     adaptation_hash = _adaptation_hash(cell, folder, stage.saves)
     identity = identity_of(model, loaded.tokenizer, spec.model, spec.base, adaptation_hash)
     target = Scorer(model, loaded.tokenizer, loaded.seq2seq, identity, trained.contexts)
-    found = evaluate(target, cell.parts, attacks, _how(cell, folder, step, stage, earlier))
+    found = evaluate(target, cell.parts, attacks, how_at(cell, folder, step, stage, earlier))
     spent = None if trained.epsilon_at is None else trained.epsilon_at(step)
     violations = dp_violations(found.extraction.get("one_run"), spent)
     record = checkpoint_record(
@@ -150,34 +136,6 @@ def _adaptation_hash(cell: CellAudit, folder: Path, saves: bool) -> str:
     return directory_hash(folder / "adapter")
 
 
-def _how(cell: CellAudit, folder: Path, step: int, stage: Any, earlier: tuple[Any, ...]) -> Any:
-    """How :func:`~privauditor.tasks.cell.evaluate.evaluate` works at the checkpoint at ``step``: its
-    views kept in the cell's folder, a view that adapts a model of its own started out of the process
-    where the cell lends one (``env.run_view``) and the adapter is saved, PII inference at the last."""
-    from ..datasets import pii_patterns
-    from .evaluate import Evaluate
-    from .view_job import elsewhere
-
-    trained, env = cell.trained, cell.env
-    spec, split = trained.spec, trained.split
-    saved = env.run_view is not None and spec.technique().trains and trained.demonstrations is None
-    return Evaluate(
-        out_dir=folder, shared=cell.shared, max_length=spec.train.max_length, reference=cell.reference,
-        batch_size=spec.score.batch_size, bootstrap=spec.score.bootstrap, seed=spec.seed,
-        clock=cell.clock, map_jobs=env.map_jobs, views_dir=cell.cell_dir, recipe=cell.recipe,
-        elsewhere=elsewhere(env.run_view, spec.model, folder / "adapter") if saved and env.run_view else None,
-        delta=cell.delta,
-        repeated=split.repeats(),
-        earlier=earlier,
-        pii=pii_patterns(spec.dataset),
-        canaries=(split.canaries, spec.split.canaries) if spec.split.canaries and not trained.contexts else None,
-        pii_candidates=spec.score.pii_candidates if step == cell.last else None,
-        one_run=step == cell.last,
-        gradient_canaries=trained.gradient_canaries if step == cell.last else None,
-        skipped=stage.skipped,
-    )  # fmt: skip
-
-
 def _delta(spec: CellSpec, split: Any) -> float:
     """The δ of the empirical lower bound on ε: the defence's own, else the default for the records trained."""
     from ..defences import default_delta
@@ -190,32 +148,12 @@ def _delta(spec: CellSpec, split: Any) -> float:
 
 def _utilities(trained: Trained, clock: Clock) -> dict[int, float]:
     """Each snapshot's validation NLL per token, by step (in-context learning's read in its contexts)."""
-    from ..passes.scorer import Scorer
     from ..training.snapshots import load_snapshot
-    from ..training.utility import validation_loss
-
-    spec, model, loaded, split, contexts = (
-        trained.spec,
-        trained.model,
-        trained.loaded,
-        trained.split,
-        trained.contexts,
-    )
-    max_length = spec.train.max_length
-
-    def utility() -> float:
-        if contexts:  # per token, as validation_loss
-            scorer = Scorer(model, loaded.tokenizer, loaded.seq2seq, None, contexts)  # type: ignore[arg-type]  # no view stored: no identity
-            stats = scorer.score(split.validation, max_length, spec.score.batch_size, moments=False)
-            return -float(sum(s.logp.sum(dtype="float64") for s in stats)) / max(
-                1, sum(len(s.logp) for s in stats)
-            )
-        return validation_loss(model, loaded.tokenizer, split.validation, max_length, loaded.seq2seq)
 
     utilities = {}
     for _, step in trained.checkpoints:
-        load_snapshot(model, trained.snapshots, step)
-        utilities[step] = clock("utility", utility)
+        load_snapshot(trained.model, trained.snapshots, step)
+        utilities[step] = clock("utility", lambda: model_utility(trained, trained.model))
     return utilities
 
 

@@ -34,12 +34,13 @@ BASE, ADAPTED = "base", "adapted"
 class Facts:
     """What decides whether an attack can run on a model: a reference model is there, earlier checkpoints
     are (a trajectory), how the target was adapted is known (a cell's recipe; an audit has none), the
-    target reads in-context demonstrations."""
+    target reads in-context demonstrations, the target is a shipped form (tasks/shipping) of a model."""
 
     reference: bool = True
     earlier: bool = False
     recipe: bool = True
     in_context: bool = False
+    shipped: bool = False
 
 
 def skip_reason(attack: Any, facts: Facts) -> str | None:
@@ -55,6 +56,10 @@ def skip_reason(attack: Any, facts: Facts) -> str | None:
         return "needs how the target was adapted: only a cell knows it"
     if facts.in_context and not all(view.in_context for view in views if "target" in view.models()):
         return "not defined for in-context learning"
+    if facts.shipped and any(view.reads_earlier for view in views):
+        return "a shipped model comes without its training trajectory"
+    if facts.shipped and any(view.cost().backward for view in views):
+        return "a shipped model has no trained parameters of its own to take the gradient of (merged or quantised)"
     return None
 
 

@@ -88,9 +88,9 @@ def execute(
         epsilon_at=None if guard is None else guard.spent,
         gradient_canaries=None if guard is None else guard.canaries(),
     )  # fmt: skip
-    audited = audit_checkpoints(trained, cell_dir, shared, reference, clock, env)
+    audited, shipped = audit_checkpoints(trained, cell_dir, shared, reference, clock, env)
     shutil.rmtree(snapshots, ignore_errors=True)
-    ran = Ran(result=result, guard=guard, audited=audited, trainable=trainable, total=total)
+    ran = Ran(result=result, guard=guard, audited=audited, shipped=shipped, trainable=trainable, total=total)
     return _record(cell_id, trained, ready, ran, shared, clock)
 
 
@@ -158,11 +158,13 @@ def prepare(spec: CellSpec, shared: Path, clock: Clock) -> Prepared:
 @dataclass(frozen=True, kw_only=True)
 class Ran:
     """What a cell's training and audit gave: the loss record, the defence's guard (None without one), the
-    checkpoints' records, and the adapted model's trainable and total parameters."""
+    checkpoints' records and the last one's shipped forms', and the adapted model's trainable and total
+    parameters."""
 
     result: Any
     guard: Any
     audited: list[CheckpointRecord]
+    shipped: list[dict[str, Any]]
     trainable: int
     total: int
 
@@ -206,6 +208,7 @@ def _record(
         repeats=split.repeats(),
         resumed_from_step=getattr(result, "resumed_from_step", None),
         preemptions=getattr(result, "preemptions", 0),
+        **({"shipped": ran.shipped} if ran.shipped else {}),
     )
 
 

@@ -13,6 +13,8 @@ class _CheckpointExtras(TypedDict, total=False):
     epsilon: float
     dp_violations: list[str]
     elsewhere: dict[str, Any]
+    shipped: str  # the shipped form audited (tasks/shipping); absent: the model as trained
+    ship: dict[str, Any]  # what shipping it did (quantised tensors, the file's bytes, ...)
 
 
 class CheckpointRecord(_CheckpointExtras):
@@ -20,7 +22,8 @@ class CheckpointRecord(_CheckpointExtras):
     unknown), whether it had the lowest validation NLL of the cell (``best``), where its files are
     (relative to the cell folder), its utility (mean validation NLL), adaptation hash, the attacks run and
     the view files each read, and its extraction rates. A DP run adds the ε spent by then and the attacks whose empirical lower
-    bound exceeds it; views computed out of the cell's process report under ``elsewhere``."""
+    bound exceeds it; views computed out of the cell's process report under ``elsewhere``; a shipped form of
+    the last checkpoint (``cell.json``'s ``shipped``) names its form under ``shipped``."""
 
     epoch: float | None
     step: int | None
@@ -43,6 +46,9 @@ class _CellExtras(TypedDict, total=False):
     repeats: dict[str, int]
     hardware: dict[str, Any]
     runtime: dict[str, Any]
+    #: the shipped forms of the last checkpoint (``score.shipped``): each a checkpoint record with its
+    #: ``shipped`` form, or ``{"shipped": form, "skipped": why}``
+    shipped: list[dict[str, Any]]
     loss_receipts: (
         dict[str, Any] | None
     )  # the loss's coverage of each trained part (tasks/training/receipts.py)

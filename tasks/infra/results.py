@@ -257,9 +257,10 @@ class CellFolder:
         folder's own, the last checkpoint's, by default)."""
         return json.loads((self.path / checkpoint / "metrics.json").read_text())
 
-    def checkpoints(self) -> list[tuple[CheckpointRecord, dict[str, Any]]]:
-        """(checkpoint record, metrics by attack) pairs, in step order."""
-        return checkpoint_results(self.path)
+    def checkpoints(self, shipped: bool = False) -> list[tuple[CheckpointRecord, dict[str, Any]]]:
+        """(checkpoint record, metrics by attack) pairs, in step order; with ``shipped``, the last
+        checkpoint's shipped forms after them (those audited, in ``score.shipped``'s order)."""
+        return checkpoint_results(self.path, shipped)
 
     def finished(self) -> str:
         """When it finished (``DONE``'s time; "" for a folder written before it was recorded)."""
@@ -378,12 +379,16 @@ def claim(out: Path, writer: dict[str, str], add: bool = False, name: str | None
         write_json(marker, data | {"written_by": [*held, writer]})
 
 
-def checkpoint_results(cell_dir: Path) -> list[tuple[CheckpointRecord, dict[str, Any]]]:
-    """A finished cell's (checkpoint record, metrics by attack) pairs, in step order."""
+def checkpoint_results(
+    cell_dir: Path, shipped: bool = False
+) -> list[tuple[CheckpointRecord, dict[str, Any]]]:
+    """A finished cell's (checkpoint record, metrics by attack) pairs, in step order, then (``shipped``)
+    its audited shipped forms'."""
     record = json.loads((Path(cell_dir) / "cell.json").read_text())
+    audited = [*record["checkpoints"], *(s for s in record.get("shipped", []) if shipped and "path" in s)]
     return [
         (checkpoint, json.loads((Path(cell_dir) / checkpoint["path"] / "metrics.json").read_text()))
-        for checkpoint in record["checkpoints"]
+        for checkpoint in audited
     ]
 
 

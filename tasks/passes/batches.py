@@ -31,7 +31,7 @@ def token_budget(model: Any) -> int | None:
     if device.type != "cuda":
         return None
     free, _ = torch.cuda.mem_get_info(device)
-    hidden = model.get_output_embeddings().weight.shape[1]
+    hidden = head_shape(model)[1]
     return int(min(MAX_BUDGET_TOKENS, max(1, free // 2 // (BYTES_PER_TOKEN_HIDDEN * hidden))))
 
 
@@ -83,3 +83,10 @@ def scoring_batches(  # noqa: PLR0913  # the scoring kernel's parameters
         yield rows_of_batch, batch, label_ids, label_ids != -100
         shown.update(1)
     shown.close()
+
+
+def head_shape(model: Any) -> tuple[int, ...]:
+    """The shape of ``model``'s output head's weight, (vocabulary, hidden): an int8-quantised head
+    (tasks/shipping) gives its weight by a call."""
+    weight = model.get_output_embeddings().weight
+    return tuple((weight() if callable(weight) else weight).shape)

@@ -29,7 +29,7 @@ import torch
 
 from ..datasets import Example
 from ..training.loop import encode
-from .batches import scoring_batches, token_budget
+from .batches import head_shape, scoring_batches, token_budget
 from .signal_table import RANK_COLUMN, TOPK, TokenStats
 
 
@@ -194,7 +194,7 @@ def score_examples(  # noqa: PLR0913  # the scoring kernel: a model, its texts a
     model.eval()
     device = _device(model)
     out: list[TokenStats | None] = [None] * len(examples)
-    vocab = model.get_output_embeddings().weight.shape[0]
+    vocab = head_shape(model)[0]
     chunk_rows = chunk_rows or max(1, CHUNK_ELEMENTS // vocab)
     # on an accelerator the whole chunk at once: there, many small pieces would cost kernel launches
     stats_rows = max(1, min(chunk_rows, STATS_ELEMENTS // vocab)) if device.type == "cpu" else chunk_rows
@@ -327,8 +327,8 @@ def reference_kl(  # noqa: PLR0913  # two models, their texts and plain numbers
 
     target.eval()
     reference.eval()
-    vocab = target.get_output_embeddings().weight.shape[0]
-    if reference.get_output_embeddings().weight.shape[0] != vocab:
+    vocab = head_shape(target)[0]
+    if head_shape(reference)[0] != vocab:
         raise PrivauditorError("the target and the reference have vocabularies of different sizes")
     chunk = max(1, min(CHUNK_ELEMENTS, STATS_ELEMENTS) // vocab)
     out: list[np.ndarray | None] = [None] * len(examples)

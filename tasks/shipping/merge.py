@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-#: techniques whose trained model is already one plain model of the base's architecture
-PLAIN = frozenset({"none", "full", "head"})
+#: techniques whose trained model is already one plain model of the base's architecture (in-context
+#: learning's is the base itself, read with its demonstrations)
+PLAIN = frozenset({"none", "full", "head", "icl"})
 #: techniques peft merges into the base's weights
 MERGEABLE = frozenset({"lora", "ia3", "head_lora"})
 

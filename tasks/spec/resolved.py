@@ -13,7 +13,8 @@ the numbers depend on besides the settings, so the cell id changes exactly when 
   checkpoint's revision);
 - the ``version`` of the technique, the training loop, every attack and every view it reads (bumped in
   their files whenever a change alters numbers), and the identity of any auxiliary model a view uses;
-  with ``score.pii_candidates``, PII inference's (``pii_inference_version``: tasks/leakage/pii.py).
+  with ``score.pii_candidates``, PII inference's (``pii_inference_version``: tasks/leakage/pii.py); with
+  ``score.shipped``, the shipped forms' (``shipping_version``: tasks/shipping).
 
 ``cell.json`` records :meth:`CellSpec.to_dict` as ``config``; :meth:`CellSpec.from_dict` reads it back.
 """
@@ -150,6 +151,7 @@ class CellSpec:
     pii_inference_version: int | None = (
         None  # tasks/leakage/pii.py's INFERENCE_VERSION with score.pii_candidates
     )
+    shipping_version: int | None = None  # tasks/shipping's VERSION with score.shipped
 
     @property
     def complete(self) -> bool:
@@ -203,15 +205,16 @@ class CellSpec:
     def to_dict(self) -> dict[str, Any]:
         found = dataclasses.asdict(self)
         # settings added later, unset, leave the ids as they were
-        for block, key in (("split", "canaries"), ("score", "pii_candidates")):
-            if found[block].get(key) is None:
+        for block, key in (("split", "canaries"), ("score", "pii_candidates"), ("score", "shipped")):
+            if found[block].get(key) in (None, ()):
                 del found[block][key]
         if found["train"]["precision"] == "fp32":
             del found["train"]["precision"]
         if found["train"].get("gradient_checkpointing") is False:
             del found["train"]["gradient_checkpointing"]
-        if found["pii_inference_version"] is None:
-            del found["pii_inference_version"]
+        for key in ("pii_inference_version", "shipping_version"):
+            if found[key] is None:
+                del found[key]
         return found
 
     @classmethod
@@ -260,6 +263,7 @@ def resolve(config: Settings, build: bool = True, data: str | None = None) -> Ce
     from ..datasets import dataset_identity
     from ..leakage.pii import INFERENCE_VERSION
     from ..models import resolve_model, weights_identity
+    from ..shipping import VERSION as SHIPPING_VERSION
 
     # the settings' technique: the defaults it fills in make the spec, which then builds its own
     technique = build_adaptation(config.adaptation, config.adaptation_params.get(config.adaptation))
@@ -287,6 +291,7 @@ def resolve(config: Settings, build: bool = True, data: str | None = None) -> Ce
         defence=config.defence,
         defence_params=defence_params,
         pii_inference_version=None if config.score.pii_candidates is None else INFERENCE_VERSION,
+        shipping_version=SHIPPING_VERSION if config.score.shipped else None,
     )
 
 

@@ -136,6 +136,12 @@ class ScoreSettings:
     #: PII inference among this many candidates at the last checkpoint (tasks/leakage/pii.py ``inference``: one
     #: pass per candidate and field); None, the default, measures none and leaves the cell ids alone
     pii_candidates: int | None = None
+    #: shipped forms audited beside the trained model at the last checkpoint (tasks/shipping: ``merged``,
+    #: ``int8``, ``gguf-q8_0``, ``gguf-q4``, ``nf4``); empty, the default, leaves the cell ids alone
+    shipped: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from ..shipping import check_forms
+
         _at_least("score", self, {"batch_size": 1, "bootstrap": 10, "pii_candidates": 2})
+        object.__setattr__(self, "shipped", check_forms(tuple(self.shipped)))

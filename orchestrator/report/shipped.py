@@ -1,0 +1,168 @@
+"""``findings.md``'s *As shipped*: each shipped form of a cell's last checkpoint (``score.shipped``:
+tasks/shipping) against the model as trained, on the same records.
+
+Per technique and form: the cells, the trained model's mean AUC, the mean change of the AUC and of the TPR
+at 1 % FPR with their 95 % paired bootstrap intervals (:mod:`privauditor.tasks.stats.paired`: each cell's
+records resampled once for both models; the mean over cells from independent resamples of each), and the
+mean change of the validation NLL, of the greedy extraction gap (members' rate less non-members') and of
+the canaries' exposure, with how many cells each moved in. Then the change of the AUC of every attack,
+per form, and the forms that were not audited, with why.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privauditor.tasks.infra.files import read_table
+from privauditor.tasks.infra.results import Results
+
+from .formats import markdown_table
+from .row_schema import TRAINED
+from .summary import technique
+
+#: paired resamples per cell (the percentile interval's tails need about 1,000: Efron & Tibshirani 1993)
+RESAMPLES = 1000
+LEVEL = 0.95
+
+
+def shipped_section(out: Path, rows: Sequence[Mapping[str, Any]], attack: str) -> list[str]:
+    """The section's lines (none where no cell audited a shipped form)."""
+    pairs = _pairs(rows)
+    if not pairs:
+        return []
+    results = Results(out)
+    lines = [
+        "## As shipped",
+        "",
+        f"The last checkpoint of each cell with `score.shipped`, attacked as it ships beside the model as "
+        f"trained, on the same records (`{attack}`). Δ is shipped less trained; each interval is a "
+        f"{LEVEL:.0%} paired bootstrap over the records ({RESAMPLES} resamples per cell, members and "
+        "non-members apart, the same draws for both models; a mean over cells resamples each on its own): "
+        "it covers the records' sampling for these trained models, not other training seeds or bases. "
+        "An interval that excludes 0 is a change the records show. Extraction is the greedy gap (members' "
+        "rate less non-members'), exposure the included canaries' mean at the most repeats (bits); "
+        "`moved` counts the cells whose value changed.",
+        "",
+    ]
+    lines += _primary(results, pairs, attack)
+    lines += _every_attack(results, pairs)
+    lines += _skipped(
+        results, sorted({r["cell_id"] for r in rows if r.get("shipped") not in (None, TRAINED)})
+    )
+    return lines
+
+
+def _pairs(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[tuple[Mapping, Mapping]]]:
+    """(technique, form) -> (trained row, shipped row) of one cell and attack, at the last checkpoint."""
+    trained = {(r["cell_id"], r["step"], r["attack"]): r for r in rows if r.get("shipped") in (None, TRAINED)}
+    found: dict[tuple[str, str], list[tuple[Mapping, Mapping]]] = defaultdict(list)
+    for r in rows:
+        if r.get("shipped") in (None, TRAINED):
+            continue
+        before = trained.get((r["cell_id"], r["step"], r["attack"]))
+        if before is not None:
+            found[(technique(r), r["shipped"])].append((before, r))
+    return dict(sorted(found.items()))
+
+
+def _scores(results: Results, cell_id: str, form: str, attack: str) -> tuple[np.ndarray, np.ndarray]:
+    """(member, scores) of ``attack`` in the cell's last checkpoint (``trained``) or a shipped form, by
+    sample id."""
+    folder = results.cell(cell_id).path / ("." if form == TRAINED else f"shipped/{form}")
+    table = read_table(folder / "scores.parquet").to_pylist()
+    chosen = sorted((r["sample_id"], r["member"], r["score"]) for r in table if r["attack"] == attack)
+    return np.array([c[1] for c in chosen], bool), np.array([c[2] for c in chosen], float)
+
+
+def _draws(results: Results, before: Mapping, after: Mapping, tpr: bool) -> dict[str, np.ndarray]:
+    """One cell's paired resamples of the change from ``before`` (trained) to ``after`` (shipped)."""
+    from privauditor.tasks.stats.paired import paired_differences
+
+    cell_id, attack = before["cell_id"], before["attack"]
+    member, trained = _scores(results, cell_id, TRAINED, attack)
+    same, shipped = _scores(results, cell_id, after["shipped"], attack)
+    if not np.array_equal(member, same):
+        raise ValueError(f"{cell_id}: the shipped form {after['shipped']} scored other records")
+    seed = zlib.crc32(f"{cell_id}/{attack}/{after['shipped']}".encode())  # independent across cells
+    return paired_differences(member, trained, shipped, RESAMPLES, seed, 0.01 if tpr else None)
+
+
+def _change(pairs: Sequence[tuple[Mapping, Mapping]], column: str) -> str:
+    """The mean change of a cell-level ``column`` and how many cells it moved in (``-`` without values)."""
+    found = [
+        (a[column], b[column]) for a, b in pairs if a.get(column) is not None and b.get(column) is not None
+    ]
+    if not found:
+        return "-"
+    moved = sum(x != y for x, y in found)
+    return f"{np.mean([y - x for x, y in found]):+.3f} (moved {moved}/{len(found)})"
+
+
+def _interval(point: float, draws: Sequence[np.ndarray]) -> str:
+    from privauditor.tasks.stats.paired import mean_interval
+
+    low, high = mean_interval(draws, LEVEL)
+    mark = " *" if low > 0 or high < 0 else ""
+    return f"{point:+.3f} [{low:+.3f}, {high:+.3f}]{mark}"
+
+
+def _primary(results: Results, pairs: dict, attack: str) -> list[str]:
+    """The table of ``attack``: per technique and form, the AUC and TPR changes and the cell-level ones."""
+    body = []
+    for (name, form), found in pairs.items():
+        chosen = [(a, b) for a, b in found if a["attack"] == attack]
+        if not chosen:
+            continue
+        draws = [_draws(results, a, b, tpr=True) for a, b in chosen]
+        auc = _interval(float(np.mean([b["auc"] - a["auc"] for a, b in chosen])), [d["auc"] for d in draws])
+        rated = [(a, b, d) for (a, b), d in zip(chosen, draws, strict=True) if "tpr" in d]
+        tpr = "-"
+        if rated:
+            point = float(np.mean([b["tpr_at_1pct_fpr"] - a["tpr_at_1pct_fpr"] for a, b, _ in rated]))
+            tpr = _interval(point, [d["tpr"] for _, _, d in rated])
+        trained_auc = np.mean([a["auc"] for a, _ in chosen])
+        body.append([name, form, len(chosen), f"{trained_auc:.3f}", auc, tpr, _change(chosen, "utility_loss"),
+                     _change(chosen, "extraction_greedy_difference"), _change(chosen, "exposure_top")])  # fmt: skip
+    if not body:
+        return [f"No cell audited a shipped form with `{attack}`.", ""]
+    header = ["technique", "form", "cells", "AUC trained", "Δ AUC [95% CI]", "Δ TPR@1%FPR [95% CI]",
+              "Δ val NLL", "Δ extraction gap", "Δ exposure"]  # fmt: skip
+    return [markdown_table(header, body), "", "`*`: the interval excludes 0.", ""]
+
+
+def _every_attack(results: Results, pairs: dict) -> list[str]:
+    """Per form and attack over every technique's cells: the mean AUC change with its paired interval."""
+    by: dict[tuple[str, str], list[tuple[Mapping, Mapping]]] = defaultdict(list)
+    for (_, form), found in pairs.items():
+        for a, b in found:
+            by[(form, a["attack"])].append((a, b))
+    body = []
+    for (form, attack), found in sorted(by.items()):
+        draws = [_draws(results, a, b, tpr=False)["auc"] for a, b in found]
+        point = float(np.mean([b["auc"] - a["auc"] for a, b in found]))
+        body.append([form, attack, len(found), _interval(point, draws)])
+    return [
+        "### Every attack, every technique's cells",
+        "",
+        markdown_table(["form", "attack", "cells", "Δ AUC [95% CI]"], body),
+        "",
+    ]
+
+
+def _skipped(results: Results, cells: Sequence[str]) -> list[str]:
+    """The forms a cell did not audit, with why (from ``cell.json``'s ``shipped``), counted by reason."""
+    reasons: dict[tuple[str, str], int] = defaultdict(int)
+    for cell_id in cells:
+        for entry in results.cell(cell_id).record().get("shipped", []):
+            if "skipped" in entry:
+                reasons[(entry["shipped"], entry["skipped"])] += 1
+    if not reasons:
+        return []
+    lines = ["Not audited (form: why, cells):", ""]
+    return lines + [f"- `{form}`: {why} ({n})" for (form, why), n in sorted(reasons.items())] + [""]
