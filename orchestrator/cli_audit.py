@@ -172,7 +172,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     audit.add_argument(
         "--shipped",
         choices=FORMS,
-        help="audit the model as it ships: the adapter merged, then int8 or a GGUF file (docs/shipping.md)",
+        help="audit the model as it ships: the adapter merged, then int8, a GGUF file or nf4 (a GPU); an "
+        "adapter without a merge on its base so quantised (docs/shipping.md)",
     )
     audit.add_argument(
         "--reference", help="reference model for the reference attack (default: the adapter's base)"

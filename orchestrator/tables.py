@@ -86,11 +86,13 @@ def listing(what: str) -> str:
         from privauditor.orchestrator.sweepfile.sweep import SWEEPS_DIR, load_sweep
 
         rows, about = [], []
-        for path in sorted(SWEEPS_DIR.glob("*.yaml")):
+        paths = sorted(SWEEPS_DIR.glob("*.yaml"))
+        width = max(len(p.stem) for p in paths)  # the names' column
+        for path in paths:
             sweep = load_sweep(str(path))
             rows.append([path.stem, len(sweep.cells), len(sweep.dropped)])
-            about.append(textwrap.fill(first_sentence(path), 100, initial_indent=f"{path.stem:<10} ",
-                                       subsequent_indent=" " * 11))  # fmt: skip
+            about.append(textwrap.fill(first_sentence(path), 100, initial_indent=f"{path.stem:<{width}} ",
+                                       subsequent_indent=" " * (width + 1)))  # fmt: skip
         return render(["sweep", "cells", "dropped pairs"], rows) + "\n\n" + "\n".join(about)
     return attacks_listing()
 

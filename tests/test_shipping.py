@@ -275,6 +275,8 @@ def test_the_shipped_axis_audits_each_form_beside_the_trained_model(shipped_cell
         "trained",
     ]
     assert main(["board", "build", str(store), "--out", str(tmp_path / "site"), "--shipped", "int8"]) == 0
+    int8_page = (tmp_path / "site" / "leaderboard.md").read_text()  # the int8 models' rows, ranked alike
+    assert "| tiny-gpt2 | lora | climate | 0 |" in int8_page and "shipped forms" not in int8_page
     capsys.readouterr()
     assert main(["board", "build", str(store), "--out", str(tmp_path / "site2"), "--shipped", "nf4"]) == 2
     err = capsys.readouterr().err
@@ -367,3 +369,18 @@ def test_a_gguf_model_file_privauditor_cannot_read_is_refused_in_one_line(tmp_pa
         match="encoder.gguf is a GGUF of architecture t5; privauditor reads llama, gpt2, bloom files",
     ):
         resolve_model(str(tmp_path / "encoder.gguf"))
+
+
+@pytest.mark.gpu
+def test_nf4_quantises_the_merged_models_linear_layers_on_a_gpu(tmp_path):
+    """``nf4`` (bitsandbytes, CUDA): the merged LoRA model's linear layers in 4-bit NormalFloat, its NLL
+    near the float model's (the GGUF Q4_0 bound's sanity margin)."""
+    pytest.importorskip("bitsandbytes")
+    if not torch.cuda.is_available():
+        pytest.skip("nf4 needs a CUDA GPU")
+    family, model, batch = adapted("llama", "lora")
+    plain = nll(ship("merged", model, "lora", family.name, tmp_path)[0], batch)
+    shipped, record = ship("nf4", model, "lora", family.name, tmp_path)
+    assert record["nf4_layers"] > 0
+    on_gpu = {k: v.cuda() for k, v in batch.items()}
+    assert 0 < abs(nll(shipped, on_gpu) - plain) < LOOSE["gguf-q4"]

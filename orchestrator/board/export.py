@@ -35,7 +35,7 @@ from typing import Any
 
 from privauditor.orchestrator.report import export_files
 from privauditor.orchestrator.report.exports import TIME_FORMAT
-from privauditor.orchestrator.report.row_schema import TRAINED
+from privauditor.orchestrator.report.row_schema import TRAINED, shipped_form
 from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.infra.files import replace_folder, write_json
 
@@ -54,7 +54,7 @@ def export(location: str | Path, names: Iterable[str], to: str | Path, date: str
     chosen, stamp = export_files.formats(names), utc_time(date)
     store, to = Store(location), Path(to).resolve()
     check_target(store, to)
-    records = [r for r in live(valid_records(store)) if (r.get("shipped") or TRAINED) == TRAINED]
+    records = [r for r in live(valid_records(store)) if shipped_form(r) == TRAINED]
     rows = cell_rows(records)  # the models as trained: an eval result names a model, not its shipped form
     if not rows:
         raise PrivauditorError(f"store {store.uri} holds no records to export: `privauditor board add` first")

@@ -103,7 +103,7 @@ def expected_key(record: dict[str, Any]) -> str:
     spec, run, cell_id = record["provenance"]["spec"], record["run"], record["cell_id"]
     if record["schema_version"] == 1:
         return record_key_v1(spec, run, cell_id, record["epoch"])
-    return record_key(spec, run, cell_id, record["step"], record.get("shipped") or TRAINED)
+    return record_key(spec, run, cell_id, record["step"], shipped_form(record))
 
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +195,7 @@ def identity(record: dict[str, Any]) -> tuple:
     from privauditor.tasks.spec.resolved import technique_of
 
     technique = technique_of(record["cell_id"], record["adaptation"])
-    shipped = record.get("shipped") or TRAINED
+    shipped = shipped_form(record)
     return (record["model"], technique, record["dataset"], record["seed"], record["step"], shipped)
 
 
@@ -245,7 +245,7 @@ def problems(record: Any, path: str = "") -> list[str]:
             found.append(
                 f"{where}key {record['key']} is not the hash of its spec, run, cell and {by} ({expected})"
             )
-        if record["setting"] != row_setting(provenance["spec"], record.get("shipped") or TRAINED):
+        if record["setting"] != row_setting(provenance["spec"], shipped_form(record)):
             found.append(
                 f"{where}setting {record['setting']} is not the hash of its spec without the seed (and its "
                 "shipped form)"

@@ -41,7 +41,7 @@ from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.infra.files import replace_folder
 from privauditor.tasks.spec.resolved import slug
 
-from ..report.row_schema import TRAINED, arrow_schema, setting_columns
+from ..report.row_schema import TRAINED, arrow_schema, setting_columns, shipped_form
 from .check import valid_records
 from .history import changes, manifests, summary
 from .merge import cell_rows, setting_rows
@@ -233,9 +233,9 @@ def build(
 def of_form(records: list[dict[str, Any]], shipped: str) -> list[dict[str, Any]]:
     """The records of the models in form ``shipped`` (``trained``, or a shipped form), or a one-line error
     naming the forms the store holds."""
-    found = [r for r in records if (r.get("shipped") or TRAINED) == shipped]
+    found = [r for r in records if shipped_form(r) == shipped]
     if not found:
-        forms = sorted({r.get("shipped") or TRAINED for r in records})
+        forms = sorted({shipped_form(r) for r in records})
         raise PrivauditorError(f"no records of form {shipped!r} in the store: it holds {', '.join(forms)}")
     return found
 

@@ -158,7 +158,30 @@ def cell_work(
                     neighbour=made,
                     forward=made * forward_flops(_masked_lm(), seq[0]),
                 )
+    _shipped(own, spec, plan.checkpoints[-1], (shapes, seqs, parts, trainable_matmul))
     return CellWork(own, shared, data_key, trainable, shape, tokens, technique, found.added)
+
+
+def _shipped(own: Work, spec: Any, last: Any, priced: tuple) -> None:
+    """The shipped forms' work (``score.shipped``): each made once (``ship <form>``), then the last
+    checkpoint's own views again, but those a shipped model cannot give (a gradient, a trajectory), and
+    its validation NLL."""
+    shapes, seqs, parts, trainable_matmul = priced
+    for form in spec.score.shipped:
+        own.add(f"ship {form}", cell=1)
+        target = (shapes["target"], seqs["target"])
+        own.add("utility", forward=spec.split.validation * forward_flops(target[0], target[1][0], 1, target[1][1]),
+                sequence=spec.split.validation)  # fmt: skip
+        for stage in last.views:
+            if (
+                stage.computed
+                and not stage.shared
+                and not stage.cost.backward
+                and not stage.view.reads_earlier
+            ):
+                _add_view(
+                    own, stage, parts, (shapes[stage.role], seqs[stage.role]), trainable_matmul, stage.weight
+                )
 
 
 def _lengths(shape: Shape, tokens: Tokens, extra: int, demos: int, max_length: int) -> tuple[int, int]:

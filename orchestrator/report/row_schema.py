@@ -175,7 +175,8 @@ TRAINED = "trained"
 
 
 def shipped_form(checkpoint: Any) -> str:
-    """The form a checkpoint record was audited in: ``trained``, or its shipped form (tasks/shipping)."""
+    """The form a checkpoint record (or a row, a board record) was audited in: ``trained``, or its shipped
+    form (tasks/shipping)."""
     return checkpoint.get("shipped") or TRAINED
 
 
@@ -188,8 +189,11 @@ def row_setting(spec: dict[str, Any], shipped: str = TRAINED) -> str:
 
 def trained_rows(rows: Any) -> list[Any]:
     """The rows of models as trained: what every comparison of techniques reads (``findings.md``'s
-    *As shipped* reads the shipped forms' beside them)."""
-    return [r for r in rows if r.get("shipped") in (None, TRAINED)]
+    *As shipped* reads the shipped forms' beside them). Rows all of one shipped form (a board built for
+    that form) are compared among themselves: all of them."""
+    if len({shipped_form(r) for r in rows}) == 1:
+        return list(rows)
+    return [r for r in rows if shipped_form(r) == TRAINED]
 
 
 #: the low-FPR columns (:func:`_tpr_columns`)

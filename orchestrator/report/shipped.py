@@ -23,7 +23,7 @@ from privauditor.tasks.infra.files import read_table
 from privauditor.tasks.infra.results import Results
 
 from .formats import markdown_table
-from .row_schema import TRAINED
+from .row_schema import TRAINED, shipped_form
 from .summary import technique
 
 #: paired resamples per cell (the percentile interval's tails need about 1,000: Efron & Tibshirani 1993)
@@ -52,18 +52,16 @@ def shipped_section(out: Path, rows: Sequence[Mapping[str, Any]], attack: str) -
     ]
     lines += _primary(results, pairs, attack)
     lines += _every_attack(results, pairs)
-    lines += _skipped(
-        results, sorted({r["cell_id"] for r in rows if r.get("shipped") not in (None, TRAINED)})
-    )
+    lines += _skipped(results, sorted({r["cell_id"] for r in rows}))
     return lines
 
 
 def _pairs(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[tuple[Mapping, Mapping]]]:
     """(technique, form) -> (trained row, shipped row) of one cell and attack, at the last checkpoint."""
-    trained = {(r["cell_id"], r["step"], r["attack"]): r for r in rows if r.get("shipped") in (None, TRAINED)}
+    trained = {(r["cell_id"], r["step"], r["attack"]): r for r in rows if shipped_form(r) == TRAINED}
     found: dict[tuple[str, str], list[tuple[Mapping, Mapping]]] = defaultdict(list)
     for r in rows:
-        if r.get("shipped") in (None, TRAINED):
+        if shipped_form(r) == TRAINED:
             continue
         before = trained.get((r["cell_id"], r["step"], r["attack"]))
         if before is not None:

@@ -134,6 +134,9 @@ def _report(sweep: Sweep, results: Results, out: str | Path, mirrored: bool) -> 
     audit = named_section(findings, "One-run DP audit")  # a sweep with audit canaries: by technique
     if audit:
         print(audit.split("\n### Per cell")[0])
+    shipped = named_section(findings, "As shipped")  # a sweep with shipped forms: by technique and form
+    if shipped:
+        print(shipped.split("\n### Every attack")[0])
     print(f"findings: {local / 'findings.md'} (privauditor report {out} prints them)")
     if mirrored and sweep.wandb.mode == "offline" and (local / "wandb").is_dir():
         print(

@@ -14,6 +14,7 @@ GPU) or is the trained model itself (``merged`` of a plain model) is recorded wi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -42,9 +43,7 @@ def audit_shipped(
         if reason is not None:
             found.append({"shipped": form, "skipped": reason})
             continue
-        found.append(
-            cell.clock(f"shipped {form}", lambda f=form: _audit_form(cell, stage, earlier, trained_hash, f))
-        )
+        found.append(_audit_form(cell, stage, earlier, trained_hash, form))
     return found
 
 
@@ -63,7 +62,8 @@ def _audit_form(
     load_snapshot(trained.model, trained.snapshots, cell.last)
     work = Path(tempfile.mkdtemp(prefix="ship-", dir=cell.cell_dir))  # a GGUF file, read back, removed
     try:
-        model, done = ship(form, trained.model, spec.adaptation, loaded.family.name, work)
+        shipping = functools.partial(ship, form, trained.model, spec.adaptation, loaded.family.name, work)
+        model, done = cell.clock(f"ship {form}", shipping)  # its views and attacks: under their own labels
     finally:
         shutil.rmtree(work, ignore_errors=True)
     folder = cell.cell_dir / "shipped" / form
@@ -79,7 +79,7 @@ def _audit_form(
     )  # fmt: skip
     evaluated = evaluate(target, cell.parts, attacks, how)
     epoch = next(e for e, s in trained.checkpoints if s == cell.last)
-    return checkpoint_record(
+    return dict(checkpoint_record(
         epoch=epoch,
         step=cell.last,
         best=cell.last == cell.best,
@@ -91,4 +91,4 @@ def _audit_form(
         extraction=evaluated.extraction,
         shipped=form,
         ship=done,
-    )  # fmt: skip
+    ))  # fmt: skip

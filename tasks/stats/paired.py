@@ -40,17 +40,25 @@ def paired_differences(
     found = {}
     aucs = [resampled_aucs(s[member], s[~member], pick_pos, pick_neg) for s in (before, after)]
     found["auc"] = aucs[1] - aucs[0]
-    num, den = _exact(target) if target is not None else (0, 1)
-    if num and n * num >= den:  # enough non-members to read the rate
-        labels = np.r_[np.ones(m, bool), np.zeros(n, bool)]
-        tprs = np.empty((2, resamples))
-        for k, s in enumerate((before, after)):
-            pos, neg = s[member], s[~member]
-            for r in range(resamples):
-                _, tp, fp = roc_counts(labels, np.r_[pos[pick_pos[r]], neg[pick_neg[r]]])
-                tprs[k, r] = tp[operating_point(tp, fp, n, target)] / m  # type: ignore[index]  # n >= 1 / target
-        found["tpr"] = tprs[1] - tprs[0]
+    if target is not None and n * _exact(target)[0] >= _exact(target)[1]:  # enough non-members for the rate
+        found["tpr"] = _tpr(member, (before, after), pick_pos, pick_neg, target)
     return found
+
+
+def _tpr(
+    member: np.ndarray, pair: tuple, pick_pos: np.ndarray, pick_neg: np.ndarray, target: float
+) -> np.ndarray:
+    """Per resample, the second score set's TPR at FPR below ``target`` less the first's (enough
+    non-members to read the rate)."""
+    m, n = pick_pos.shape[1], pick_neg.shape[1]
+    labels = np.r_[np.ones(m, bool), np.zeros(n, bool)]
+    tprs = np.empty((2, len(pick_pos)))
+    for k, s in enumerate(pair):
+        pos, neg = s[member], s[~member]
+        for r in range(len(pick_pos)):
+            _, tp, fp = roc_counts(labels, np.r_[pos[pick_pos[r]], neg[pick_neg[r]]])
+            tprs[k, r] = tp[operating_point(tp, fp, n, target) or 0] / m  # an index: n is enough
+    return tprs[1] - tprs[0]
 
 
 def mean_interval(draws: Sequence[np.ndarray], level: float = 0.95) -> tuple[float, float]:
