@@ -109,6 +109,17 @@ def test_a_gguf_written_and_read_back_moves_each_weight_only_as_its_quantiser_al
     assert 0 < change < LOOSE[form] and record["bytes"] < float_bytes
 
 
+def test_t5_with_its_head_untied_reads_back_its_embeddings_from_the_shared_one(tmp_path):
+    """A merged ``head_lora`` on T5 unties the head; loaded, T5 then unties its encoder's and decoder's
+    embeddings from ``shared`` too, which the file holds once: they are filled in from it (found by the
+    ``shipped`` sweep, where both tiny-t5 ``head_lora`` cells failed at Q8_0 before)."""
+    family, model, batch = adapted("t5", "head_lora")
+    shipped, _ = ship("gguf-q8_0", model, "head_lora", family.name, tmp_path)
+    for part in (shipped.encoder, shipped.decoder):
+        assert torch.equal(part.embed_tokens.weight, shipped.shared.weight)
+    assert 0 < abs(nll(shipped, batch) - nll(model, batch)) < LOOSE["gguf-q8_0"]
+
+
 def _names(model, family_name):
     from transformers.modeling_gguf_pytorch_utils import TensorProcessor, get_gguf_hf_weights_map
 

@@ -100,15 +100,21 @@ def read(path: Path, config: Any, seq2seq: bool) -> Any:
         )  # fmt: skip
     finally:
         reader.tqdm = bar
-    if info["missing_keys"] or info["unexpected_keys"]:
+    # T5 with its head untied (a merged head_lora) unties its embeddings from `shared` too when loaded:
+    # they are the shared embedding (the file holds it once), filled in from it
+    aliases = {k for k in info["missing_keys"] if _tied_alias(k, "t5" if seq2seq else "")}
+    missing = set(info["missing_keys"]) - aliases
+    if missing or info["unexpected_keys"]:
         raise PrivauditorError(
-            f"{path.name}: missing {sorted(info['missing_keys'])}, unexpected {sorted(info['unexpected_keys'])}"
+            f"{path.name}: missing {sorted(missing)}, unexpected {sorted(info['unexpected_keys'])}"
         )
     plain_config = copy.deepcopy(loaded.config)
     if hasattr(plain_config, "quantization_config"):  # a GGUF-loaded model is marked quantised
         del plain_config.quantization_config
     model = auto.from_config(plain_config, dtype=torch.float32)
-    model.load_state_dict({k: v.to(torch.float32) for k, v in loaded.state_dict().items()}, strict=True)
+    state = {k: v.to(torch.float32) for k, v in loaded.state_dict().items()}
+    state |= {k: state["shared.weight"] for k in aliases}
+    model.load_state_dict(state, strict=True)
     return model.eval()
 
 
