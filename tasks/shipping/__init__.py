@@ -7,8 +7,7 @@
 - ``gguf-q8_0`` and ``gguf-q4``: the merged model written to a GGUF file by the ``gguf`` package's writer,
   its matrices quantised by the package's own quantiser (Q8_0; Q4_0 for ``gguf-q4``: of the 4-bit types,
   the ``gguf`` package quantises Q4_0 and Q4_1 in Python, the K-quants only dequantise), then read back
-  by transformers' GGUF reader, the one the packaged real base goes through (:mod:`.gguf_file`).
-
+  by transformers' GGUF reader, the one the packaged real base goes through (:mod:`.gguf_file`);
 - ``nf4``: the merged model loaded by bitsandbytes with 4-bit NormalFloat linear layers (CUDA only:
   refused with the reason where bitsandbytes or a GPU is missing) (:mod:`.nf4`).
 
