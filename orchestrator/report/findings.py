@@ -42,7 +42,7 @@ from .answer import answer
 from .battery import ALPHA, Battery, battery_of
 from .exposure import exposure_section
 from .extraction import extraction_section
-from .findings_tables import defence_table, duplication_table, one_run_table, violations
+from .findings_tables import defence_table, duplication_table, one_run_table, violations, where_ran
 from .formats import epoch_table, markdown_table
 from .formats import number as _fmt
 from .headline import ATTACK, view_of
@@ -114,24 +114,6 @@ def findings(
     lines += _across_seeds(picked, view)
     lines += _controls(out, rows, attack)
     return "\n".join(lines + extra + ["## Caveat", "", CAVEAT, ""])
-
-
-def where_ran(out: Path, rows: list[Row]) -> list[str]:
-    """Where each cell ran (its ``cell.json``'s Ray node type and node), one line per cell, when the cells
-    ran on more than one node or on nodes an autoscaler launched; nothing for a run on one machine."""
-    results = Results(out)
-    runtimes = {}
-    for cell_id in sorted({r["cell_id"] for r in rows}):
-        folder = results.cell(cell_id)
-        runtimes[cell_id] = folder.record().get("runtime", {}) if folder.has_record else {}
-    nodes = {r.get("ray_node_id") for r in runtimes.values()} - {None}
-    if len(nodes) < 2 and not any("ray_node_type" in r for r in runtimes.values()):
-        return []
-    lines = ["## Where the cells ran", ""]
-    for cell_id, runtime in runtimes.items():
-        kind, node = runtime.get("ray_node_type", "a node"), runtime.get("ray_node_id")
-        lines.append(f"- `{cell_id}`: {kind}" + (f" (Ray node `{node}`)" if node else ", not recorded"))
-    return lines + [""]
 
 
 def _attempts(out: Path, rows: list[Row], hypothesis: Any, registration: Any, page: Any) -> int:

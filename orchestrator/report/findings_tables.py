@@ -181,3 +181,21 @@ def _ratio(values: list[float]) -> str:
 
 def _target(r: Row) -> str:
     return "∞" if r["epsilon_target"] is None else f"{r['epsilon_target']:g}"
+
+
+def where_ran(out: Path, rows: list[Row]) -> list[str]:
+    """Where each cell ran (its ``cell.json``'s Ray node type and node), one line per cell, when the cells
+    ran on more than one node or on nodes an autoscaler launched; nothing for a run on one machine."""
+    results = Results(out)
+    runtimes = {}
+    for cell_id in sorted({r["cell_id"] for r in rows}):
+        folder = results.cell(cell_id)
+        runtimes[cell_id] = folder.record().get("runtime", {}) if folder.has_record else {}
+    nodes = {r.get("ray_node_id") for r in runtimes.values()} - {None}
+    if len(nodes) < 2 and not any("ray_node_type" in r for r in runtimes.values()):
+        return []
+    lines = ["## Where the cells ran", ""]
+    for cell_id, runtime in runtimes.items():
+        kind, node = runtime.get("ray_node_type", "a node"), runtime.get("ray_node_id")
+        lines.append(f"- `{cell_id}`: {kind}" + (f" (Ray node `{node}`)" if node else ", not recorded"))
+    return lines + [""]

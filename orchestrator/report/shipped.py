@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from privauditor.tasks.infra.errors import PrivauditorError
 from privauditor.tasks.infra.files import read_table
 from privauditor.tasks.infra.results import Results
 
@@ -36,7 +37,7 @@ def shipped_section(out: Path, rows: Sequence[Mapping[str, Any]], attack: str) -
     pairs = _pairs(rows)
     if not pairs:
         return []
-    results = Results(out)
+    draws = _Draws(Results(out), attack)
     lines = [
         "## As shipped",
         "",
@@ -50,9 +51,9 @@ def shipped_section(out: Path, rows: Sequence[Mapping[str, Any]], attack: str) -
         "`moved` counts the cells whose value changed.",
         "",
     ]
-    lines += _primary(results, pairs, attack)
-    lines += _every_attack(results, pairs)
-    lines += _skipped(results, sorted({r["cell_id"] for r in rows}))
+    lines += _primary(draws, pairs, attack)
+    lines += _every_attack(draws, pairs)
+    lines += _skipped(draws.results, sorted({r["cell_id"] for r in rows}))
     return lines
 
 
@@ -78,17 +79,29 @@ def _scores(results: Results, cell_id: str, form: str, attack: str) -> tuple[np.
     return np.array([c[1] for c in chosen], bool), np.array([c[2] for c in chosen], float)
 
 
-def _draws(results: Results, before: Mapping, after: Mapping, tpr: bool) -> dict[str, np.ndarray]:
-    """One cell's paired resamples of the change from ``before`` (trained) to ``after`` (shipped)."""
-    from privauditor.tasks.stats.paired import paired_differences
+class _Draws:
+    """Each (cell, attack, form)'s paired resamples of the change from the trained model to the shipped
+    one, drawn once (the TPR's too for the section's ``attack``) and read by both tables."""
 
-    cell_id, attack = before["cell_id"], before["attack"]
-    member, trained = _scores(results, cell_id, TRAINED, attack)
-    same, shipped = _scores(results, cell_id, after["shipped"], attack)
-    if not np.array_equal(member, same):
-        raise ValueError(f"{cell_id}: the shipped form {after['shipped']} scored other records")
-    seed = zlib.crc32(f"{cell_id}/{attack}/{after['shipped']}".encode())  # independent across cells
-    return paired_differences(member, trained, shipped, RESAMPLES, seed, 0.01 if tpr else None)
+    def __init__(self, results: Results, attack: str) -> None:
+        self.results, self.attack = results, attack
+        self.found: dict[tuple[str, str, str], dict[str, np.ndarray]] = {}
+
+    def __call__(self, before: Mapping, after: Mapping) -> dict[str, np.ndarray]:
+        from privauditor.tasks.stats.paired import paired_differences
+
+        cell_id, attack, form = before["cell_id"], before["attack"], after["shipped"]
+        if (cell_id, attack, form) not in self.found:
+            member, trained = _scores(self.results, cell_id, TRAINED, attack)
+            same, shipped = _scores(self.results, cell_id, form, attack)
+            if not np.array_equal(member, same):
+                raise PrivauditorError(f"{cell_id}: its shipped form {form} scored other records than it did")
+            seed = zlib.crc32(f"{cell_id}/{attack}/{form}".encode())  # independent across cells
+            target = 0.01 if attack == self.attack else None
+            self.found[(cell_id, attack, form)] = paired_differences(
+                member, trained, shipped, RESAMPLES, seed, target
+            )
+        return self.found[(cell_id, attack, form)]
 
 
 def _change(pairs: Sequence[tuple[Mapping, Mapping]], column: str) -> str:
@@ -110,14 +123,14 @@ def _interval(point: float, draws: Sequence[np.ndarray]) -> str:
     return f"{point:+.3f} [{low:+.3f}, {high:+.3f}]{mark}"
 
 
-def _primary(results: Results, pairs: dict, attack: str) -> list[str]:
+def _primary(drawn: _Draws, pairs: dict, attack: str) -> list[str]:
     """The table of ``attack``: per technique and form, the AUC and TPR changes and the cell-level ones."""
     body = []
     for (name, form), found in pairs.items():
         chosen = [(a, b) for a, b in found if a["attack"] == attack]
         if not chosen:
             continue
-        draws = [_draws(results, a, b, tpr=True) for a, b in chosen]
+        draws = [drawn(a, b) for a, b in chosen]
         auc = _interval(float(np.mean([b["auc"] - a["auc"] for a, b in chosen])), [d["auc"] for d in draws])
         rated = [(a, b, d) for (a, b), d in zip(chosen, draws, strict=True) if "tpr" in d]
         tpr = "-"
@@ -134,7 +147,7 @@ def _primary(results: Results, pairs: dict, attack: str) -> list[str]:
     return [markdown_table(header, body), "", "`*`: the interval excludes 0.", ""]
 
 
-def _every_attack(results: Results, pairs: dict) -> list[str]:
+def _every_attack(drawn: _Draws, pairs: dict) -> list[str]:
     """Per form and attack over every technique's cells: the mean AUC change with its paired interval."""
     by: dict[tuple[str, str], list[tuple[Mapping, Mapping]]] = defaultdict(list)
     for (_, form), found in pairs.items():
@@ -142,7 +155,7 @@ def _every_attack(results: Results, pairs: dict) -> list[str]:
             by[(form, a["attack"])].append((a, b))
     body = []
     for (form, attack), found in sorted(by.items()):
-        draws = [_draws(results, a, b, tpr=False)["auc"] for a, b in found]
+        draws = [drawn(a, b)["auc"] for a, b in found]
         point = float(np.mean([b["auc"] - a["auc"] for a, b in found]))
         body.append([form, attack, len(found), _interval(point, draws)])
     return [
