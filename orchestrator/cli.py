@@ -136,11 +136,18 @@ def _plan(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from privauditor.orchestrator.sweepfile.hypothesis import check_committed
     from privauditor.orchestrator.sweepfile.sweep import load_sweep
 
     from .run.runner import run_sweep
 
     sweep = load_sweep(args.sweep, args.set or [])
+    if args.only:
+        from privauditor.orchestrator.sweepfile.select import only
+
+        sweep = only(sweep, args.only)
+    if sweep.hypothesis is not None and not args.exploratory:  # before anything is written
+        check_committed(sweep.hypothesis, sweep.name)
     out = args.out or Path("results") / sweep.name  # a folder, or an object-store URI (s3://, gs://)
     return run_sweep(
         sweep, out, address=args.address, max_concurrent=args.max_concurrent, verbose=args.verbose,
@@ -322,10 +329,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a setting in every cell")
     run.add_argument(
+        "--only", action="append", metavar="KEY=VALUE[,VALUE]",
+        help="run only the cells that match (model, adaptation, dataset, defence, seed; repeatable): one "
+        "block of a sweep, into the same results folder as the rest",
+    )  # fmt: skip
+    run.add_argument(
         "--add-spec",
         action="store_true",
         help="run into a folder that holds this sweep with other settings (or another sweep), keeping both",
     )
+    run.add_argument(
+        "--exploratory", action="store_true",
+        help="run a sweep whose hypothesis names test blocks on code that does not descend from the "
+        "commit that holds it (its test is then exploratory)",
+    )  # fmt: skip
     run.add_argument(
         "-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
         help="also Ray's trial tables and workers' output (library warnings, progress bars)",

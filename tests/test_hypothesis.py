@@ -204,3 +204,69 @@ def test_the_default_sweep_carries_a_hypothesis_over_its_techniques(tmp_path):
                    "hypothesis: {classes: {full: a, lora: b}, order: [a, b]}\n")  # fmt: skip
     with pytest.raises(PrivauditorError, match=r"names techniques the matrix lacks: \['lora'\]"):
         load_sweep(str(bad))
+
+
+def test_a_run_of_test_blocks_before_the_hypothesis_commit_is_refused(
+    checkout, tmp_path, monkeypatch, capsys
+):
+    """``privauditor run`` checks, before anything is written, that the code descends from the commit
+    that holds the hypothesis; --exploratory runs it anyway (its test then exploratory)."""
+    from privauditor.orchestrator.sweepfile import hypothesis as module
+    from privauditor.orchestrator.sweepfile.hypothesis import check_committed
+
+    root, before, after = checkout
+    with pytest.raises(
+        PrivauditorError, match=r"committed in [0-9a-f]{7}, which the code that would run"
+    ) as error:
+        check_committed(hypothesis(), "mine", root, revision=before)
+    assert "\n" not in str(error.value)
+    check_committed(hypothesis(), "mine", root, revision=after)  # its commit and descendants pass
+    check_committed(hypothesis(), "mine", root)  # HEAD
+    changed = parse({**hypothesis().to_dict(), "order": ["full_x", "adapters", "prompt_based"],
+                     "classes": {"prompt": "prompt_based", "lora": "adapters", "full": "full_x"}})  # fmt: skip
+    with pytest.raises(PrivauditorError, match="no commit of this checkout holds it"):
+        check_committed(changed, "mine", root)  # edited, not committed: refused
+    check_committed(
+        parse({"classes": {"full": "a", "lora": "b"}, "order": ["a", "b"]}), "mine", root
+    )  # no test blocks
+    # the command: refused before a results folder exists
+    sweep = tmp_path / "mine.yaml"
+    sweep.write_text(
+        "name: mine\nmatrix: {model: [tiny-llama], adaptation: [prompt, lora, full], dataset: [finance]}\n"
+        "attacks: [loss]\n" + BLOCK
+    )
+    monkeypatch.setattr(module, "first_commit", lambda *a: before)  # held only by a commit HEAD skips
+    monkeypatch.setattr(module, "_git", lambda root, *a: subprocess.CompletedProcess(a, 1, "", ""))
+    from privauditor.orchestrator.cli import main
+
+    assert main(["run", str(sweep), "--out", str(tmp_path / "out")]) != 0
+    assert "its hypothesis was committed in" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_fresh_split_draws_of_a_formed_block_are_declared_by_their_seeds(checkout):
+    """A (base, dataset) block listed with its seeds: other seeds of it are a fresh draw the hypothesis
+    may name as a test block (and the registration says so); a block without seeds covers every seed."""
+    root, _, _ = checkout
+    formed = {"model": "smollm2-135m", "base": "sha256:cc", "dataset": "finance", "seeds": [0]}
+    data = {"classes": {"prompt": "a", "full": "b"}, "order": ["a", "b"], "formed_on": {"blocks": [formed]},
+            "test_blocks": [{**formed, "seeds": [1, 2]}, {"model": "t", "base": "sha256:dd", "dataset": "sql"}]}  # fmt: skip
+    found = parse(data)
+    with pytest.raises(PrivauditorError, match="among formed_on.blocks"):
+        parse({**data, "test_blocks": [{**formed, "seeds": [0, 1]}]})
+    with pytest.raises(PrivauditorError, match="among formed_on.blocks"):
+        parse({**data, "test_blocks": [{k: v for k, v in formed.items() if k != "seeds"}]})
+    commit_block(root, found)
+    head = git(root, "rev-parse", "HEAD")
+    run = {Block("smollm2-135m", "sha256:cc", "finance", seeds=(s,)) for s in (1, 2)}
+    run |= {Block("t", "sha256:dd", "sql", seeds=(1,))}
+    done = registration(found, "mine", {head}, run, root)
+    assert done.confirmatory and "on 2 declared blocks" in done.reason
+    assert "1 of them fresh split draws of formed blocks: (smollm2-135m, finance)" in done.reason
+    again = registration(
+        found, "mine", {head}, {Block("smollm2-135m", "sha256:cc", "finance", seeds=(0,))}, root
+    )
+    assert not again.confirmatory and "formed on block(s) (smollm2-135m, finance)" in again.reason
+    assert parse({**data, "alpha": 0.01}).alpha == 0.01 and found.to_dict().get("alpha") is None
+    with pytest.raises(PrivauditorError, match="alpha must be between 0 and 0.5"):
+        parse({**data, "alpha": 0.7})

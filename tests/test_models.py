@@ -16,6 +16,7 @@ from privauditor.tasks.models import (
     _pretrain,
     _tiny,
     active_profile,
+    checkpoint_path,
     load_model,
     masked_lm_path,
     pretrain_report,
@@ -137,3 +138,35 @@ def test_local_directory_loads_through_the_real_path(tmp_path, name):
 def test_every_family_has_a_tiny_base_registered():
     assert {f"tiny-{name}" for name in FAMILIES.names()} <= set(MODELS.names())
     assert set(TINY) == {f"tiny-{name}" for name in FAMILIES.names()}
+
+
+def test_a_tiny_base_of_another_pretraining_seed_is_another_base_with_its_familys_rates(
+    monkeypatch, tmp_path
+):
+    """``tiny-llama-s1``: the same recipe but the pre-training seed, so another cache folder (another
+    base, a fresh block); it trains at the rates chosen for ``tiny-llama`` (same shape, corpus, profile)."""
+    from privauditor.tasks.adaptations import chosen_rates
+    from privauditor.tasks.spec.config import cell_config
+
+    monkeypatch.setenv("PRIVAUDITOR_CACHE", str(tmp_path))
+    profiles = []
+    monkeypatch.setattr(_tiny, "tiny_base_dir", lambda family, profile, build=True: profiles.append(profile))
+    spec = resolve_model("tiny-llama-s3")
+    assert (spec.name, spec.family, spec.source, spec.pretrain_seed, spec.registered) == (
+        "tiny-llama-s3",
+        "llama",
+        "tiny",
+        3,
+        "tiny-llama",
+    )
+    for name in ("tiny-llama", "tiny-llama-s3", "tiny-llama-s4"):
+        checkpoint_path(name, build=False)
+    assert [p.seed for p in profiles] == [0, 3, 4]
+    assert len({p.key()["seed"] for p in profiles}) == 3  # the seed is in the cache key
+    settings = {"model": "tiny-llama-s3", "adaptation": "lora", "dataset": "finance", "seed": 0}
+    train = cell_config(settings, ["attacks=[loss]"]).resolve(build=False).train
+    assert train.lr == chosen_rates("lora")["tiny-llama"]
+    with pytest.raises(PrivauditorError, match="pre-training seed 0 is 'tiny-llama' itself"):
+        resolve_model("tiny-llama-s0")
+    with pytest.raises(UnknownNameError, match="did you mean 'tiny-llama'"):
+        resolve_model("tiny-lama-s1")

@@ -278,3 +278,20 @@ def test_bad_run_resources_are_one_line_errors(run, match):
     with pytest.raises(PrivauditorError, match=match) as error:
         parse_sweep(BASE | {"run": run})
     assert "\n" not in str(error.value)
+
+
+def test_only_runs_one_block_of_a_sweep_and_refuses_a_filter_that_matches_nothing():
+    """``privauditor run SWEEP --only KEY=VALUE``: the release's one real-base block (7 techniques x 2
+    seeds), the same sweep to its results folder (the matrix is not part of its writer)."""
+    from privauditor.orchestrator.sweepfile.select import only
+
+    sweep = load_sweep("release")
+    block = only(sweep, ["model=smollm2-135m", "dataset=climate"])
+    assert {(c.model, c.dataset) for c in block.cells} == {("smollm2-135m", "climate")}
+    assert len(block.cells) == 14 and {c.seed for c in block.cells} == {1, 2}
+    assert block.writer() == sweep.writer() and block.hypothesis == sweep.hypothesis
+    assert len(only(sweep, ["adaptation=none,full", "seed=2"]).cells) == 2 * 7 * 3
+    for filters, message in ((["colour=red"], "unknown key 'colour'"), (["model"], "expected KEY=VALUE"),
+                             (["dataset=medical"], r"matches no cell of sweep 'release' \(dataset: climate, finance, sql\)")):  # fmt: skip
+        with pytest.raises(PrivauditorError, match=message):
+            only(sweep, filters)

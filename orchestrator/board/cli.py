@@ -1,4 +1,4 @@
-"""``privauditor board add | check | build | release | export``."""
+"""``privauditor board add | check | build | tables | release | export``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,19 @@ def _build(args: argparse.Namespace) -> int:
     form = "" if args.shipped == TRAINED else f" as shipped ({args.shipped})"
     print(f"board{form}: {counts['records']} records from {counts['runs']} runs, {counts['settings']} settings, "
           f"{counts['rows']} setting rows: {args.out}/index.html")  # fmt: skip
+    return 0
+
+
+def _tables(args: argparse.Namespace) -> int:
+    from .release_tables import tables
+
+    text = tables(args.store, args.hypothesis)
+    if args.to:
+        from privauditor.tasks.infra.files import write_text
+
+        write_text(args.to, text)
+    else:
+        print(text, end="")
     return 0
 
 
@@ -94,6 +107,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"the board of the models in one form: {TRAINED} (default) or a shipped form ({', '.join(FORMS)})",
     )  # fmt: skip
     build.set_defaults(handler=_build)
+    tables = actions.add_parser(
+        "tables", help="a release's tables in Markdown (confirmatory test, rankings, transfer, attacks)"
+    )
+    tables.add_argument("store")
+    tables.add_argument(
+        "--hypothesis",
+        required=True,
+        metavar="SWEEP",
+        help="the sweep (file or shipped name) whose hypothesis it tests",
+    )
+    tables.add_argument("--to", metavar="FILE", help="write them here (default: print)")
+    tables.set_defaults(handler=_tables)
     release = actions.add_parser("release", help="write a release manifest (the history page compares them)")
     release.add_argument("store")
     release.add_argument("name", help="release name, used once (letters, digits, . _ -)")

@@ -145,7 +145,12 @@ def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]], 
     kept = live(records)
     revisions = {(r["provenance"]["versions"] or {}).get("privauditor_git") for r in kept}
     blocks = {
-        Block(str(r["model"]), str((r["provenance"]["spec"] or {}).get("base")), str(r["dataset"]))
+        Block(
+            str(r["model"]),
+            str((r["provenance"]["spec"] or {}).get("base")),
+            str(r["dataset"]),
+            seeds=() if r.get("seed") is None else (int(r["seed"]),),
+        )  # fmt: skip
         for r in kept
     }
     found = registration(hypothesis, sweep, revisions, blocks)

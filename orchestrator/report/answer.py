@@ -232,7 +232,7 @@ def _confirmatory(context: dict[str, Any], verdicts: dict[str, list[str]]) -> li
     result = page.page
     status = "**pre-registered**" if registration.confirmatory else "**exploratory**"
     text = f"the class order {order} (Page, p = {_p(result['p_value'])})"
-    if result["p_value"] > ALPHA:
+    if result["p_value"] > hypothesis.alpha:  # its own level (one-sided), 0.05 unless it names one
         verdicts["not"].append(f"the class order {order} (Page)")
     elif registration.confirmatory:
         verdicts["established"].append(text)

@@ -21,7 +21,16 @@ base pre-trained from another seed is another base) and the dataset's name; an o
 names its recipe (its cache folder: config, corpus and pre-training seed), and a block with the same
 recipe is the same block even where a rebuild on another machine changed the weights' last bits. New seeds of the same block
 are not fresh data: the test's unit is the block, so they would test reproducibility, not the order.
-A hypothesis whose ``test_blocks`` overlap ``formed_on.blocks`` is refused (one line).
+The one exception is written in the blocks: a block may list its ``seeds`` (the split draws: which records
+are members), and a (base, dataset) block on seeds disjoint from a formed one's is a *fresh draw*: new
+members and non-members from the same pool, a weaker kind of fresh that a hypothesis names explicitly
+(a block without ``seeds`` covers every seed). A hypothesis whose ``test_blocks`` overlap
+``formed_on.blocks`` is refused (one line).
+
+A sweep whose hypothesis names ``test_blocks`` runs only on code that descends from a commit holding that
+hypothesis (:func:`check_committed`: ``privauditor run`` refuses it otherwise, before anything is
+written, unless ``--exploratory``), so that no cell of a confirmatory test runs before its hypothesis is
+fixed. ``alpha`` is the test's level (one-sided: Page's L tests the stated order against none).
 
 ``findings.md`` tests it with Page's L over the complete blocks (per block, each class's mean AUC).
 It counts as **pre-registered**, and the test as confirmatory, only when all hold:
@@ -44,7 +53,7 @@ import hashlib
 import json
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +70,16 @@ class Block:
     base: str  # the base's weights identity (what makes it this base)
     dataset: str
     recipe: str = ""  # an offline tiny base's cache name (its config, corpus and pre-training seed)
+    seeds: tuple[int, ...] = ()  # the split draws it covers (none: every seed)
 
     def same(self, other: Block) -> bool:
         """The same block: the same dataset and the same weights, or the same tiny-base recipe (a base
-        rebuilt from one recipe on another machine may differ in its last bits, and is still that base)."""
+        rebuilt from one recipe on another machine may differ in its last bits, and is still that base),
+        on a shared split seed (a block without seeds shares every seed)."""
         if self.dataset != other.dataset:
             return False
+        if self.seeds and other.seeds and not set(self.seeds) & set(other.seeds):
+            return False  # a fresh draw of the same (base, dataset)
         return self.base == other.base or bool(self.recipe and self.recipe == other.recipe)
 
     def among(self, blocks: Iterable[Block]) -> bool:
@@ -74,6 +87,10 @@ class Block:
 
     def text(self) -> str:
         return f"({self.model}, {self.dataset})"
+
+    def unseeded(self) -> Block:
+        """The block over every seed (the test's unit: seeds are averaged within a block)."""
+        return Block(self.model, self.base, self.dataset, self.recipe)
 
 
 @dataclass(frozen=True)
@@ -93,8 +110,11 @@ class Hypothesis:
     checkpoint: str = "last"  # last | best
     formed_on: FormedOn = field(default_factory=FormedOn)
     test_blocks: tuple[Block, ...] = ()  # the fresh blocks it will be tested on
+    alpha: float = 0.05  # the confirmatory test's level (one-sided)
 
     def __post_init__(self) -> None:
+        if not 0 < self.alpha < 0.5:
+            raise PrivauditorError(f"hypothesis.alpha must be between 0 and 0.5, not {self.alpha}")
         if self.checkpoint not in CHECKPOINTS:
             raise PrivauditorError(f"hypothesis.checkpoint must be last or best, not {self.checkpoint!r}")
         from privauditor.tasks.attacks import ATTACKS
@@ -135,16 +155,20 @@ class Hypothesis:
                 "commits": list(self.formed_on.commits),
             },  # fmt: skip
             "test_blocks": [_block_dict(b) for b in self.test_blocks],
-        }
+        } | ({"alpha": self.alpha} if self.alpha != 0.05 else {})  # the default leaves digests as they were
 
     def digest(self) -> str:
         """A short hash of the whole hypothesis: attempts of the same hypothesis share it."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _block_dict(block: Block) -> dict[str, str]:
-    found = {"model": block.model, "base": block.base, "dataset": block.dataset}
-    return found | ({"recipe": block.recipe} if block.recipe else {})
+def _block_dict(block: Block) -> dict[str, Any]:
+    found: dict[str, Any] = {"model": block.model, "base": block.base, "dataset": block.dataset}
+    return (
+        found
+        | ({"recipe": block.recipe} if block.recipe else {})
+        | ({"seeds": list(block.seeds)} if block.seeds else {})
+    )
 
 
 @dataclass(frozen=True)
@@ -229,11 +253,43 @@ def registration(
         return Registration(
             False, commit, f"block(s) {', '.join(undeclared)} of this run are not among its test_blocks"
         )
+    units = {b.unseeded() for b in blocks}
+    drawn = sorted({b.text() for b in blocks if b.unseeded().among(formed)})
+    fresh_draws = (
+        f" ({len(drawn)} of them fresh split draws of formed blocks: {', '.join(drawn)})" if drawn else ""
+    )
     return Registration(
         True,
         commit,
-        f"committed in {commit[:7]} before the run, on {len(blocks)} declared blocks not used to form it",
+        f"committed in {commit[:7]} before the run, on {len(units)} declared blocks not used to form "
+        f"it{fresh_draws}",
     )
+
+
+def check_committed(
+    hypothesis: Hypothesis, sweep: str, root: Path | None = None, revision: str | None = None
+) -> None:
+    """Refuse (one line) to run cells of the sweep ``sweep`` whose hypothesis names ``test_blocks`` unless
+    a commit holding that hypothesis in ``benchmarks/sweeps/<sweep>.yaml`` is an ancestor of the code
+    that would run them (``revision``; default: the checkout's ``HEAD``)."""
+    if not hypothesis.test_blocks:
+        return
+    root = root or Path(__file__).resolve().parents[2]
+    path = f"benchmarks/sweeps/{sweep}.yaml"
+    commit = first_commit(hypothesis, sweep, root)
+    if commit is None:
+        raise PrivauditorError(
+            f"sweep '{sweep}': its hypothesis names test blocks, and no commit of this checkout holds it in "
+            f"{path}: commit the hypothesis before its cells run (or run with --exploratory)"
+        )
+    head = _git(root, "rev-parse", "HEAD")
+    revision = revision or (head.stdout.strip() if head is not None and head.returncode == 0 else None)
+    done = revision and _git(root, "merge-base", "--is-ancestor", commit, revision)
+    if not done or done.returncode != 0:
+        raise PrivauditorError(
+            f"sweep '{sweep}': its hypothesis was committed in {commit[:7]}, which the code that would run "
+            f"({revision[:7] if revision else 'no git revision'}) does not descend from: check out a descendant (or run with --exploratory)"
+        )
 
 
 def blocks_of(out: Path, cell_ids: set[str]) -> tuple[set[Block], set[str | None], set[int]]:
@@ -243,8 +299,9 @@ def blocks_of(out: Path, cell_ids: set[str]) -> tuple[set[Block], set[str | None
         record = Results(out).cell(cell_id).record()
         config = record.get("config", {})
         recipe = (record.get("model") or {}).get("path_name", "") if _tiny(config.get("model")) else ""
+        seed = () if config.get("seed") is None else (int(config["seed"]),)
         blocks.add(
-            Block(str(config.get("model")), str(config.get("base")), str(config.get("dataset")), recipe)
+            Block(str(config.get("model")), str(config.get("base")), str(config.get("dataset")), recipe, seed)
         )
         revisions.add(record.get("versions", {}).get("privauditor_git"))
         if config.get("seed") is not None:
@@ -267,12 +324,20 @@ def formed_on_of(out: Path, rows: list[dict[str, Any]], note: str = "") -> dict[
     ``rows``): every block with its base's identity, the seeds and the code revisions."""
     blocks, revisions, seeds = blocks_of(out, {r["cell_id"] for r in rows})
     return {
-        "blocks": [_block_dict(b) for b in sorted(blocks)],
+        "blocks": [_block_dict(b) for b in _with_seeds(blocks)],
         "seeds": sorted(seeds),
         "commits": sorted(str(r) for r in revisions if r is not None),
         "models": sorted({b.model for b in blocks}),
         "note": note or f"read from {Path(out).name}",
     }
+
+
+def _with_seeds(blocks: set[Block]) -> list[Block]:
+    """Blocks of one seed each (a cell's) merged into one block per (base, dataset) with all its seeds."""
+    seeds: dict[Block, set[int]] = {}
+    for block in blocks:
+        seeds.setdefault(block.unseeded(), set()).update(block.seeds)
+    return [replace(b, seeds=tuple(sorted(found))) for b, found in sorted(seeds.items())]
 
 
 ATTEMPTS = "hypothesis_attempts.jsonl"

@@ -19,6 +19,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,6 +66,8 @@ __all__ = [
 ]
 
 DTYPES = ("float32", "bfloat16", "float16")
+#: an offline tiny base pre-trained from another seed: ``tiny-llama-s1`` (a new base: new weights)
+SEEDED = re.compile(r"^(?P<base>tiny-[a-z0-9]+)-s(?P<seed>[0-9]{1,6})$")
 #: how close (difflib ratio) a name must be to a registered one to be taken for its typo, not a hub id
 NEAR_NAME = 0.8
 
@@ -93,6 +96,12 @@ def resolve_model(name: str, revision: str | None = None, dtype: str | None = No
     overrides: dict[str, Any] = {k: v for k, v in (("revision", revision), ("dtype", dtype)) if v is not None}
     if name in MODELS:
         return replace(MODELS.get(name), **overrides)
+    seeded = SEEDED.match(name)
+    if seeded and seeded["base"] in MODELS and MODELS.get(seeded["base"]).source == "tiny":
+        if int(seeded["seed"]) == 0:
+            raise PrivauditorError(f"model '{name}': pre-training seed 0 is '{seeded['base']}' itself")
+        base = MODELS.get(seeded["base"])
+        return replace(base, name=name, path=name, pretrain_seed=int(seeded["seed"]), **overrides)
     path = Path(name).expanduser()
     if path.is_file() and path.suffix == ".gguf":  # a llama.cpp file, converted once (_package.py)
         from ._package import gguf_family
@@ -184,6 +193,9 @@ def checkpoint_path(
         return spec.path
     from ._tiny import tiny_base_dir
 
+    profile = profile or active_profile()
+    if spec.pretrain_seed:  # the seed is part of the profile, so of the cache key: another base
+        profile = replace(profile, seed=spec.pretrain_seed)
     found = _located(("base", spec.family), profile, lambda p: tiny_base_dir(spec.family, p, build=build))
     return None if found is None else str(found)
 

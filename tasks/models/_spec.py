@@ -133,6 +133,14 @@ class ModelSpec:
     #: planner prices it by, without the hub)
     architecture: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     packaged: Packaged | None = None
+    #: an offline tiny base pre-trained from another seed (``tiny-<family>-s<k>``; 0: the registered one)
+    pretrain_seed: int = 0
+
+    @property
+    def registered(self) -> str:
+        """The registered name this base is a variant of (itself, but for a tiny base of another
+        pre-training seed: its family's ``tiny-<family>``, whose learning rates it takes)."""
+        return f"tiny-{self.family}" if self.pretrain_seed else self.name
 
     @property
     def slug(self) -> str:

@@ -269,7 +269,7 @@ def resolve(config: Settings, build: bool = True, data: str | None = None) -> Ce
     technique = build_adaptation(config.adaptation, config.adaptation_params.get(config.adaptation))
     model = resolve_model(config.model)
     data = data or dataset_identity(config.dataset)  # a wrong dataset fails here, before any pre-training
-    train = _train_spec(config.train, technique, config.model, model, config.defence)
+    train = _train_spec(config.train, technique, model, config.defence)
     defence_params = _defence_params(config, technique, train)
     attacks = _attack_specs(config, train, technique.trains, build)
     return CellSpec(
@@ -295,12 +295,10 @@ def resolve(config: Settings, build: bool = True, data: str | None = None) -> Ce
     )
 
 
-def _train_spec(
-    train: TrainSettings, technique: Adaptation, name: str, model: Any, defence: str = "none"
-) -> TrainSpec:
-    """Training as the base ``model`` (named ``name``) will run it: the technique's epochs and rate where
-    ``train`` leaves them out (the rate chosen under ``defence`` where one was), the base's ZeRO stage,
-    the precision its weights imply."""
+def _train_spec(train: TrainSettings, technique: Adaptation, model: Any, defence: str = "none") -> TrainSpec:
+    """Training as the base ``model`` will run it: the technique's epochs and rate where ``train`` leaves
+    them out (the rate chosen for the registered base it is, under ``defence`` where one was), the base's
+    ZeRO stage, the precision its weights imply."""
     from ..infra.precision import resolve_precision
     from ..training.loop import TRAINER_VERSION
 
@@ -309,7 +307,7 @@ def _train_spec(
     if deepspeed is None and trains:
         stage = model.resources.zero_stage or (2 if train.workers > 1 else None)
         deepspeed = None if stage is None else DeepSpeedSettings(stage)
-    epochs, checkpoints, lr = _schedule(train, technique, name, model.family, defence)
+    epochs, checkpoints, lr = _schedule(train, technique, model.registered, model.family, defence)
     return TrainSpec(
         epochs=epochs,
         checkpoints=checkpoints,
