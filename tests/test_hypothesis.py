@@ -270,3 +270,17 @@ def test_fresh_split_draws_of_a_formed_block_are_declared_by_their_seeds(checkou
     assert parse({**data, "alpha": 0.01}).alpha == 0.01 and found.to_dict().get("alpha") is None
     with pytest.raises(PrivauditorError, match="alpha must be between 0 and 0.5"):
         parse({**data, "alpha": 0.7})
+
+
+def test_a_cell_records_the_revision_of_the_checkout_it_runs_from():
+    """What the registration reads (``privauditor_git``): this checkout's HEAD, ``+dirty`` with changes."""
+    from pathlib import Path
+
+    from privauditor.tasks.infra import provenance
+
+    root = Path(provenance.__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("privauditor is not running from a git checkout")
+    head = git(root, "rev-parse", "HEAD")
+    assert provenance.git_revision() in (head, head + "+dirty")
+    assert provenance.versions()["privauditor_git"].startswith(head)

@@ -29,7 +29,7 @@ def versions() -> dict[str, str]:
 def git_revision() -> str | None:
     import subprocess
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the checkout (this file is tasks/infra/provenance.py)
     if not (root / ".git").exists():
         return None
     try:
