@@ -159,11 +159,24 @@ def test_a_tiny_base_rebuilt_from_its_recipe_is_the_same_block_and_another_seed_
             json.dumps({"config": config, "model": {"path_name": path}, "versions": {}})
         )
     blocks, _, seeds = blocks_of(tmp_path, {"a", "b"})
-    assert {(b.model, b.recipe) for b in blocks} == {
-        ("tiny-llama", "tiny-llama-default-0a"),
-        ("smollm2-135m", ""),
+    assert {(b.model, b.recipe, b.seeds) for b in blocks} == {
+        ("tiny-llama", "tiny-llama-default-0a", (0,)),
+        ("smollm2-135m", "", (0,)),
     }
     assert seeds == {0}
+    # `report --formed-on` writes each (base, dataset) once, with the split seeds its cells drew
+    from privauditor.orchestrator.sweepfile.hypothesis import formed_on_of
+
+    again = tmp_path / "cells" / "c"
+    again.mkdir()
+    config = {"model": "smollm2-135m", "base": "sha256:b", "dataset": "sql", "seed": 3}
+    again.joinpath("cell.json").write_text(json.dumps({"config": config, "model": {}, "versions": {}}))
+    formed = formed_on_of(tmp_path, [{"cell_id": c} for c in ("a", "b", "c")])
+    assert [(b["model"], b["seeds"]) for b in formed["blocks"]] == [
+        ("smollm2-135m", [0, 3]),
+        ("tiny-llama", [0]),
+    ]
+    assert parse({"classes": {"prompt": "a", "full": "b"}, "order": ["a", "b"], "formed_on": formed})
 
 
 def test_the_attempts_log_grows_by_one_per_confirmatory_run_and_not_on_a_rerun(tmp_path):

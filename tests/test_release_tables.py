@@ -36,3 +36,34 @@ def test_the_verdict_reads_page_of_the_order_and_of_its_reverse(means, verdict):
     assert said == verdict and "one-sided, 8 blocks, soft < adapters < output" in line
     forward, reverse = (float(part.split("p = ")[1].split(" ")[0].rstrip(";,")) for part in line.split("; "))
     assert (forward <= 0.05) == (verdict == "confirmed") and (reverse <= 0.05) == (verdict == "refuted")
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+STORE = ROOT / "releases" / "2026-12"
+PAGE = ROOT / "docs" / "release-2026-12.md"
+BEGIN, END = (
+    "<!-- privauditor board tables releases/2026-12 --hypothesis release -->",
+    "<!-- end of the tables -->",
+)
+
+
+def test_the_committed_release_was_pre_registered_and_its_page_rebuilds_from_its_records():
+    """Every committed record ran on code that descends from the hypothesis's commit, on its test
+    blocks; once the release is made (its manifest), the page's tables are the records' byte for byte."""
+    from privauditor.orchestrator.board.check import valid_records
+    from privauditor.orchestrator.board.ranked import load_hypothesis, registration_of
+    from privauditor.orchestrator.board.release_tables import tables
+    from privauditor.orchestrator.board.store import Store
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("the registration reads the checkout's git history")
+    store = Store(STORE)
+    records = valid_records(store)
+    claim, name = load_hypothesis("release")
+    found = registration_of(claim, name, records)
+    assert records and found.confirmatory, found.reason
+    if (STORE / "releases" / "2026-12.json").exists():
+        text = PAGE.read_text()
+        assert BEGIN in text and END in text, f"{PAGE.name} has no tables between the markers"
+        quoted = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+        assert quoted == tables(STORE, "release")
