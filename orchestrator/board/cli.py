@@ -46,11 +46,13 @@ def _build(args: argparse.Namespace) -> int:
 def _tables(args: argparse.Namespace) -> int:
     from .release_tables import tables
 
-    text = tables(args.store, args.hypothesis)
+    text = tables(args.store, args.hypothesis, args.figures)
     if args.to:
+        from pathlib import Path
+
         from privauditor.tasks.infra.files import write_text
 
-        write_text(args.to, text)
+        write_text(Path(args.to), text)
     else:
         print(text, end="")
     return 0
@@ -118,6 +120,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="the sweep (file or shipped name) whose hypothesis it tests",
     )
     tables.add_argument("--to", metavar="FILE", help="write them here (default: print)")
+    tables.add_argument(
+        "--figures", metavar="DIR", help="also each ranking's critical-difference diagram here"
+    )
     tables.set_defaults(handler=_tables)
     release = actions.add_parser("release", help="write a release manifest (the history page compares them)")
     release.add_argument("store")

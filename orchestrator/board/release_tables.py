@@ -53,8 +53,9 @@ def group_of(model: str) -> str:
         return "real"
 
 
-def tables(location: str | Path, sweep: str) -> str:
-    """The release's tables (Markdown) from the store at ``location`` and the hypothesis of ``sweep``."""
+def tables(location: str | Path, sweep: str, figures: str | Path | None = None) -> str:
+    """The release's tables (Markdown) from the store at ``location`` and the hypothesis of ``sweep``;
+    with ``figures``, each ranking's critical-difference diagram there (``cd_<group>.png``)."""
     from privauditor.orchestrator.sweepfile.hypothesis import Block
 
     records = of_form(valid_records(Store(location)), TRAINED)
@@ -73,8 +74,12 @@ def tables(location: str | Path, sweep: str) -> str:
     if drawn:
         lines += [*_strict(strict, claim, drawn), ""]
     groups = {g: {b: v for b, v in values.items() if group_of(b[0]) == g} for g in GROUPS}
-    for title, chosen in (("every block", values), *((f"{g} bases", groups[g]) for g in GROUPS)):
-        lines += [*_ranking(title, chosen, claim), ""]
+    for key, title, chosen in (
+        ("every", "every block", values),
+        *((g, f"{g} bases", groups[g]) for g in GROUPS),
+    ):
+        picture = None if figures is None else Path(figures) / f"cd_{key}.png"
+        lines += [*_ranking(title, chosen, claim, picture), ""]
     lines += [*_transfer(groups), "", *_attacks(cells)]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -136,11 +141,16 @@ def _strict(values: dict, claim: Any, drawn: set) -> list[str]:
     return [head, "", f"{line}: {verdict} at α = {claim.alpha:g}, on blocks none of whose records formed it."]
 
 
-def _ranking(title: str, values: dict, claim: Any) -> list[str]:
+def _ranking(title: str, values: dict, claim: Any, picture: Path | None = None) -> list[str]:
     found = battery.run(values)
     head = f"### Ranking over {title} (`{claim.attack}`, {claim.checkpoint} checkpoint; exploratory)"
     if found is None:
         return [head, "", "No two techniques share a block."]
+    if picture is not None:
+        picture.parent.mkdir(parents=True, exist_ok=True)
+        battery.diagram(
+            found, picture, f"{claim.attack} AUC over {title}: mean rank over {len(found.blocks)} blocks"
+        )
     body = [[str(i), n, claim.classes.get(n, "-"), f"{found.mean_auc[n]:.3f}", rank_text(found, n)]
             for i, n in enumerate(found.names, 1)]  # fmt: skip
     partial = [f"{n} ({p['blocks']} blocks: mean rank {p['mean_rank']:.2f} of {p['k']}, AUC {p['mean_auc']:.3f})"
@@ -182,7 +192,7 @@ def _transfer(groups: dict[str, dict]) -> list[str]:
 def _attacks(cells: list[dict[str, Any]]) -> list[str]:
     last: dict[tuple, int] = {}
     for row in cells:
-        if row["technique"] != "none" and row["epoch"] is not None:
+        if row["adaptation"] != "none" and row.get("defence", "none") == "none" and row["epoch"] is not None:
             key = (row["cell_id"], row["attack"])
             last[key] = max(last.get(key, -1), row["step"] or 0)
     found: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
