@@ -67,3 +67,26 @@ def test_the_committed_release_was_pre_registered_and_its_page_rebuilds_from_its
         assert BEGIN in text and END in text, f"{PAGE.name} has no tables between the markers"
         quoted = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
         assert quoted == tables(STORE, "release")
+
+
+def test_the_committed_release_exports_validate_against_the_hub_and_every_eval_ever_schemas(tmp_path):
+    """The release's records as Hugging Face ``.eval_results`` entries and Every Eval Ever records
+    (``board export``), each file checked against the vendored schemas the exports' own tests use."""
+    import json
+
+    import jsonschema
+    import yaml
+
+    from privauditor.orchestrator.board.export import export
+    from tests.test_exports import EEE_RULES, hub_rules
+
+    done = export(STORE, ["hf-eval-results", "every-eval-ever"], tmp_path / "public", "2026-12-05")
+    hub = [p for p in (tmp_path / "public" / "eval_results").glob("*.yaml") if "." not in p.stem]
+    eee = list((tmp_path / "public" / "every_eval_ever" / "data").rglob("*.json"))
+    assert done["cells"] > 0 and len(hub) == len(eee) == done["cells"]
+    for path in hub:
+        jsonschema.Draft7Validator(hub_rules()).validate(yaml.safe_load(path.read_text()))
+    validator = jsonschema.Draft7Validator(EEE_RULES)
+    for path in eee:
+        errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(json.loads(path.read_text()))]
+        assert errors == [], (path.name, errors)
