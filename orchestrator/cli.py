@@ -168,11 +168,10 @@ def _report(args: argparse.Namespace) -> int:
     results.pull_summaries()
     found = rows(results.root)
     if args.formed_on:  # a hypothesis's formed_on block, read from these cells; nothing is written
-        import yaml
-
         from privauditor.orchestrator.sweepfile.hypothesis import formed_on_of
+        from privauditor.tasks.infra.strict import dump_yaml
 
-        print(yaml.safe_dump({"formed_on": formed_on_of(results.root, found)}, sort_keys=False), end="")
+        print(dump_yaml({"formed_on": formed_on_of(results.root, found)}, sort_keys=False), end="")
         return 0
     _check_attack(args.attack, found, args.dir)
     other = _against(args.against, results) if args.against else None

@@ -510,6 +510,21 @@ def test_what_yaml_means_as_written_is_accepted(tmp_path):
     assert (train.epochs, train.lr) == (2, 1e-3)
 
 
+def test_what_privauditor_writes_as_yaml_reads_back_as_it_was():
+    """A results folder's ``sweep.yaml`` is written by ``dump_yaml`` and read by ``load_yaml``, which takes
+    ``3074e23`` for a number: a string of that form (a commit) is quoted, so it reads back a string."""
+    from privauditor.orchestrator.sweepfile.sweep import load_sweep
+    from privauditor.tasks.infra.strict import dump_yaml, load_yaml
+
+    data = {"commits": ["3074e23", "1cd7a79", "1e5"], "lr": 3e-4, "n": 12, "name": "x", "flag": True}
+    assert load_yaml(dump_yaml(data)) == data
+    assert load_yaml("a: 3074e23")["a"] == 3.074e26  # written plain, it is a number
+    from privauditor.orchestrator.sweepfile.hypothesis import parse
+
+    release = load_sweep("release")  # its formed_on commits hold 3074e23
+    assert parse(load_yaml(dump_yaml(release.resolved([])))["hypothesis"]) == release.hypothesis
+
+
 def test_a_reader_that_leaves_early_gets_no_traceback():
     """``privauditor ls attacks | head -1``: stdout's reader is gone before anything is written."""
     import os

@@ -112,9 +112,9 @@ def _resolved(sweep: Sweep, start_ray: Any) -> list[Any]:
 
 def _write_resolved_sweep(sweep: Sweep, specs: list[Any], results: Results) -> None:
     """``OUT/sweep.yaml``: the sweep as it runs, every default filled in, with its cells' ids."""
-    import yaml
+    from privauditor.tasks.infra.strict import dump_yaml
 
-    text = yaml.safe_dump(sweep.resolved([s.cell_id() for s in specs]), sort_keys=False)
+    text = dump_yaml(sweep.resolved([s.cell_id() for s in specs]), sort_keys=False)
     write_text(results.root / "sweep.yaml", text)
     results.upload("sweep.yaml")
 

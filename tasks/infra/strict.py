@@ -74,6 +74,26 @@ def load_yaml(text: str) -> Any:
         loader.dispose()
 
 
+@functools.cache
+def _dumper() -> type:
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        """PyYAML's safe dumper, quoting the strings :func:`load_yaml` would read as numbers ("3074e23")."""
+
+    Dumper.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeDumper.yaml_implicit_resolvers.items()}
+    Dumper.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    return Dumper
+
+
+def dump_yaml(data: Any, **options: Any) -> str:
+    """``yaml.safe_dump`` whose text :func:`load_yaml` reads back as ``data`` (a string that looks like an
+    exponent float is quoted)."""
+    import yaml
+
+    return yaml.dump(data, Dumper=_dumper(), **options)
+
+
 def read_yaml(path: Any) -> Any:
     """The YAML file ``path`` read by :func:`load_yaml`; malformed YAML (a key given twice, two documents,
     a tab) is a one-line error naming the file and the line."""
