@@ -150,7 +150,7 @@ def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]], 
             str((r["provenance"]["spec"] or {}).get("base")),
             str(r["dataset"]),
             seeds=() if r.get("seed") is None else (int(r["seed"]),),
-        )  # fmt: skip
+        )
         for r in kept
     }
     found = registration(hypothesis, sweep, revisions, blocks)

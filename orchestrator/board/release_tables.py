@@ -58,13 +58,14 @@ def tables(location: str | Path, sweep: str, figures: str | Path | None = None) 
     with ``figures``, each ranking's critical-difference diagram there (``cd_<group>.png``)."""
     from privauditor.orchestrator.sweepfile.hypothesis import Block
 
-    records = of_form(valid_records(Store(location)), TRAINED)
+    store = Store(location)
+    records = of_form(valid_records(store), TRAINED)
     if not records:
         raise PrivauditorError(f"store {location} holds no records: board add a results folder first")
     claim, name = load_hypothesis(sweep)
     cells = cell_rows(records)
     values = block_values(cells, claim.attack, claim.checkpoint)
-    registration = registration_of(claim, name, records, Store(location))
+    registration = registration_of(claim, name, records, store)
     bases = {
         (r["model"], r["dataset"]): str((r["provenance"]["spec"] or {}).get("base")) for r in live(records)
     }
@@ -84,9 +85,22 @@ def tables(location: str | Path, sweep: str, figures: str | Path | None = None) 
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _class_table(found: battery.Battery, claim: Any) -> list[str]:
+def _class_matrix(found: battery.Battery, claim: Any) -> Any:
+    """(blocks, classes): each class's mean AUC per block, classes in the hypothesis's order."""
     classes = {n: c for n, c in claim.classes.items() if n in found.names}
-    table = ranking.class_matrix(found.matrix, found.names, classes, claim.order)
+    return ranking.class_matrix(found.matrix, found.names, classes, claim.order)
+
+
+def _tested(values: dict, claim: Any) -> tuple[battery.Battery | None, str]:
+    """The battery with Page's test of ``claim`` over ``values``, or None and why it could not run."""
+    found = battery.run(values, claim)
+    if found is None or found.page is None:
+        return None, f"Not run: {found.page_problem if found else 'no complete block'}."
+    return found, ""
+
+
+def _class_table(found: battery.Battery, claim: Any) -> list[str]:
+    table = _class_matrix(found, claim)
     body = [
         [f"({m}, {d})", *(f"{v:.3f}" for v in row)] for (m, d), row in zip(found.blocks, table, strict=True)
     ]
@@ -98,9 +112,7 @@ def _page_line(found: battery.Battery, claim: Any) -> tuple[str, str]:
     alpha) or not established."""
     forward = found.page
     assert forward is not None  # the callers check that Page's test ran
-    classes = {n: c for n, c in claim.classes.items() if n in found.names}
-    table = ranking.class_matrix(found.matrix, found.names, classes, claim.order)
-    reverse = ranking.page_trend(table[:, ::-1])
+    reverse = ranking.page_trend(_class_matrix(found, claim)[:, ::-1])
     verdict = (
         "confirmed" if forward["p_value"] <= claim.alpha
         else "refuted" if reverse["p_value"] <= claim.alpha
@@ -115,10 +127,10 @@ def _page_line(found: battery.Battery, claim: Any) -> tuple[str, str]:
 
 
 def _confirmatory(values: dict, claim: Any, registration: Any, drawn: set) -> list[str]:
-    found = battery.run(values, claim)
+    found, problem = _tested(values, claim)
     head = f"### The confirmatory test (`{claim.attack}`, {claim.checkpoint} checkpoint, α = {claim.alpha:g})"
-    if found is None or found.page is None:
-        return [head, "", f"Not run: {found.page_problem if found else 'no complete block'}."]
+    if found is None:
+        return [head, "", problem]
     line, verdict = _page_line(found, claim)
     status = "pre-registered" if registration.confirmatory else "exploratory"
     return [
@@ -132,11 +144,11 @@ def _confirmatory(values: dict, claim: Any, registration: Any, drawn: set) -> li
 
 
 def _strict(values: dict, claim: Any, drawn: set) -> list[str]:
-    found = battery.run(values, claim)
+    found, problem = _tested(values, claim)
     shown = ", ".join(f"({m}, {d})" for m, d in sorted(drawn))
     head = f"### Exploratory: the same test without the fresh draws ({shown})"
-    if found is None or found.page is None:
-        return [head, "", f"Not run: {found.page_problem if found else 'no complete block'}."]
+    if found is None:
+        return [head, "", problem]
     line, verdict = _page_line(found, claim)
     return [head, "", f"{line}: {verdict} at α = {claim.alpha:g}, on blocks none of whose records formed it."]
 
