@@ -1,7 +1,7 @@
 """``train.precision``: the setting, the id, the bf16-mixed recipe (float32 master copies of what trains,
 bf16 frozen weights, bf16 compute), micro-batches that give the batch's gradient, token-budget batches,
-and a cell at ``bf16-mixed`` against ``fp32`` on the tiny base (CPU): every attack's AUC within the fp32
-cell's interval, validation NLL within 1 %."""
+and a cell at ``bf16-mixed`` against ``fp32`` on the tiny base (CPU): no attack's AUC changes beyond the
+records' sampling (paired), validation NLL within 1 %."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.attacks import ATTACKS
 from privauditor.tasks.cell.run import run_cell
 from privauditor.tasks.infra.errors import PrivauditorError
+from privauditor.tasks.infra.files import read_table
 from privauditor.tasks.infra.precision import autocast, precision_of, resolve_precision, to_precision
 from privauditor.tasks.models import load_model
 from privauditor.tasks.passes.batches import cut_batches
 from privauditor.tasks.passes.forward import score_examples
 from privauditor.tasks.spec.config import cell_config
+from privauditor.tasks.stats.paired import mean_interval, paired_differences
 from privauditor.tasks.training.loop import LocalStep, apply_seeded, collate, encode
 
 from .test_scoring import TEXTS
@@ -164,43 +166,47 @@ MODEL_READING = [a for a in ATTACKS.names() if ATTACKS.get(a).access not in ("ch
 @pytest.fixture(scope="module")
 def two_cells(tmp_path_factory):
     """tiny-llama x LoRA x finance at 64 members a side, every attack that reads the model, at ``fp32``
-    and at ``bf16-mixed``, in one results folder: (metrics, cell.json) by precision."""
+    and at ``bf16-mixed``, in one results folder: (metrics, cell.json, cell folder) by precision."""
     out = tmp_path_factory.mktemp("precision")
     sizes = ["split.members=64", "split.nonmembers=64", "split.population=32", "split.known_members=16",
              "train.max_length=48", "attack_params.neighbourhood.k=4", f"attacks=[{','.join(MODEL_READING)}]"]  # fmt: skip
     found = {}
     for precision in ("fp32", "bf16-mixed"):
         outcome = run_cell(cell_config(SETTINGS, [*sizes, f"train.precision={precision}"]), out)
-        found[precision] = outcome.metrics, json.loads((outcome.path / "cell.json").read_text())
+        found[precision] = outcome.metrics, json.loads((outcome.path / "cell.json").read_text()), outcome.path
     return found
 
 
-#: ReCaLL and Con-ReCaLL read each text after 12 other records (about 500 tokens, ten times what the model
-#: trained on): there the two precisions' models disagree by up to 1.6 nats per text, and their AUCs leave
-#: the fp32 interval (seed 0: ReCaLL 0.984 [0.966, 0.996] at fp32, 0.998 at bf16-mixed; Con-ReCaLL 0.50
-#: [0.40, 0.61], 0.99). Found by this test, reported in docs/scaling.md, not explained yet: whether the
-#: trained weights or bf16 scoring at long positions moves them is open.
-LONG_CONTEXT = pytest.mark.xfail(reason="prefix attacks at 10x the trained length: see above", strict=False)
+def _scores(folder, attack):
+    """(member, score) of ``attack`` in a cell's ``scores.parquet``, by sample id."""
+    rows = sorted((r["sample_id"], r["member"], r["score"]) for r in read_table(folder / "scores.parquet").to_pylist() if r["attack"] == attack)  # fmt: skip
+    return np.array([r[1] for r in rows], bool), np.array([r[2] for r in rows], float)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "attack",
-    [pytest.param(a, marks=LONG_CONTEXT) if a in ("recall", "con_recall") else a for a in MODEL_READING],
-)
-def test_every_attacks_auc_at_bf16_mixed_is_within_the_fp32_cells_interval(two_cells, attack):
-    fp32, mixed = two_cells["fp32"][0][attack], two_cells["bf16-mixed"][0][attack]
-    assert ("auc" in fp32) == ("auc" in mixed)
-    if "auc" in fp32:
-        low, high = fp32["auc_ci"]
-        assert low <= mixed["auc"] <= high, (fp32["auc"], mixed["auc"], fp32["auc_ci"])
+@pytest.mark.parametrize("attack", MODEL_READING)
+def test_no_attacks_auc_moves_at_bf16_mixed_beyond_the_records_sampling(two_cells, attack):
+    """The change of AUC from the ``fp32`` cell to the ``bf16-mixed`` one, paired on the same records
+    (``tasks/stats/paired.py``, as shipped forms are compared), has 0 inside its percentile interval at a
+    family-wise 95 % over the attacks (Bonferroni). A one-model interval would not do: at an AUC of 1 every
+    resample gives 1, and three misordered pairs of 4,096 at the other precision fell outside it
+    (``ezmia_degenerate_one``: 1.000 [1.000, 1.000] at fp32, 0.9993 at bf16-mixed)."""
+    (fp32, _, before), (mixed, _, after) = two_cells["fp32"], two_cells["bf16-mixed"]
+    assert ("auc" in fp32[attack]) == ("auc" in mixed[attack])
+    if "auc" in fp32[attack]:
+        member, trained = _scores(before, attack)
+        same, scored = _scores(after, attack)
+        assert np.array_equal(member, same) and len(member) == 128
+        draws = paired_differences(member, trained, scored, 4000, seed=0, target=None)["auc"]
+        low, high = mean_interval([draws], 1 - 0.05 / len(MODEL_READING))
+        assert low <= 0 <= high, (fp32[attack]["auc"], mixed[attack]["auc"], low, high)
 
 
 @pytest.mark.slow
 def test_a_bf16_mixed_cell_keeps_utility_records_its_precision_and_shares_no_base_view(two_cells):
     """Validation NLL within 1 %; cell.json says device and precision; the two cells share no view of the
     base (views are keyed by precision)."""
-    records = {p: record for p, (_, record) in two_cells.items()}
+    records = {p: record for p, (_, record, _) in two_cells.items()}
     assert {p: (r["precision"], r["device"]) for p, r in records.items()} == {
         "fp32": ("fp32", "cpu"), "bf16-mixed": ("bf16-mixed", "cpu")
     }  # fmt: skip
