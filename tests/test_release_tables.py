@@ -66,7 +66,28 @@ def test_the_committed_release_was_pre_registered_and_its_page_rebuilds_from_its
         text = PAGE.read_text()
         assert BEGIN in text and END in text, f"{PAGE.name} has no tables between the markers"
         quoted = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
-        assert quoted == tables(STORE, "release")
+        assert quoted == tables(STORE, "release", log=False)  # the committed attempts log, as it is
+
+
+def test_a_release_tables_run_of_a_pre_registered_test_logs_one_attempt_in_the_store(tmp_path):
+    """Rebuilding the tables is the same attempt (the same cells); the count the tables print includes it."""
+    import shutil
+
+    from privauditor.orchestrator.board.release_tables import tables
+
+    if not (ROOT / ".git").exists():
+        pytest.skip("the registration reads the checkout's git history")
+    store = tmp_path / "store"
+    shutil.copytree(STORE, store, ignore=shutil.ignore_patterns("attempts", "releases"))
+    logged = lambda: sorted(p.name for p in (store / "attempts").rglob("*.json"))  # noqa: E731
+    assert not (store / "attempts").exists()
+    first = tables(store, "release")
+    if "Not run" in first.split("###")[1]:
+        assert not (store / "attempts").exists()  # a test that did not run is no attempt
+        return
+    assert len(logged()) == 1 and "confirmatory attempts logged in the store: 1)" in first
+    assert tables(store, "release") == first and len(logged()) == 1
+    assert tables(store, "release", log=False) == first
 
 
 def test_the_committed_release_exports_validate_against_the_hub_and_every_eval_ever_schemas(tmp_path):

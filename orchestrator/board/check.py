@@ -151,5 +151,10 @@ def _add_attempts(results: str | Path, store: Store) -> None:
     if not found.fetch(ATTEMPTS):
         return
     for entry in read_attempts(found.root / ATTEMPTS):
-        data = json.dumps(entry, sort_keys=True).encode()
-        store.write_new(f"attempts/{entry['hypothesis']}/{entry['cells']}.json", data, exist_ok=True)
+        write_attempt(store, entry)
+
+
+def write_attempt(store: Store, entry: dict[str, Any]) -> None:
+    """A confirmatory attempt, once (the same hypothesis on the same cells is the same attempt)."""
+    data = json.dumps(entry, sort_keys=True).encode()
+    store.write_new(f"attempts/{entry['hypothesis']}/{entry['cells']}.json", data, exist_ok=True)

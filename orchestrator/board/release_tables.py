@@ -28,7 +28,7 @@ from privauditor.orchestrator.report.headline import RANK_HEADER, rank_text
 from privauditor.orchestrator.report.row_schema import TRAINED
 from privauditor.tasks.infra.errors import PrivauditorError
 
-from .check import valid_records
+from .check import valid_records, write_attempt
 from .merge import cell_rows, live
 from .ranked import block_values, load_hypothesis, registration_of
 from .site import of_form
@@ -53,10 +53,12 @@ def group_of(model: str) -> str:
         return "real"
 
 
-def tables(location: str | Path, sweep: str, figures: str | Path | None = None) -> str:
+def tables(location: str | Path, sweep: str, figures: str | Path | None = None, log: bool = True) -> str:
     """The release's tables (Markdown) from the store at ``location`` and the hypothesis of ``sweep``;
-    with ``figures``, each ranking's critical-difference diagram there (``cd_<group>.png``)."""
-    from privauditor.orchestrator.sweepfile.hypothesis import Block
+    with ``figures``, each ranking's critical-difference diagram there (``cd_<group>.png``). A
+    pre-registered test that runs is a confirmatory attempt: with ``log``, the store's attempts log gets
+    it (once: the same cells are the same attempt) before the tables count its attempts."""
+    from privauditor.orchestrator.sweepfile.hypothesis import Block, attempt_entry
 
     store = Store(location)
     records = of_form(valid_records(store), TRAINED)
@@ -65,12 +67,17 @@ def tables(location: str | Path, sweep: str, figures: str | Path | None = None) 
     claim, name = load_hypothesis(sweep)
     cells = cell_rows(records)
     values = block_values(cells, claim.attack, claim.checkpoint)
+    found, problem = _tested(values, claim)
+    if log and found is not None and registration_of(claim, name, records).confirmatory:
+        assert found.page is not None  # _tested returns a battery whose Page test ran
+        ran = {r["cell_id"] for r in cells if (r["model"], r["dataset"]) in found.blocks and r["adaptation"] in claim.classes}  # fmt: skip
+        write_attempt(store, attempt_entry(claim, ran, found.page))
     registration = registration_of(claim, name, records, store)
     bases = {
         (r["model"], r["dataset"]): str((r["provenance"]["spec"] or {}).get("base")) for r in live(records)
     }
     drawn = {b for b in values if Block(b[0], bases.get(b, ""), b[1]).among(claim.formed_on.blocks)}
-    lines = [*_confirmatory(values, claim, registration, drawn), ""]
+    lines = [*_confirmatory(found, problem, claim, registration, drawn), ""]
     strict = {b: v for b, v in values.items() if b not in drawn}
     if drawn:
         lines += [*_strict(strict, claim, drawn), ""]
@@ -126,8 +133,9 @@ def _page_line(found: battery.Battery, claim: Any) -> tuple[str, str]:
     return line, verdict
 
 
-def _confirmatory(values: dict, claim: Any, registration: Any, drawn: set) -> list[str]:
-    found, problem = _tested(values, claim)
+def _confirmatory(
+    found: battery.Battery | None, problem: str, claim: Any, registration: Any, drawn: set
+) -> list[str]:
     head = f"### The confirmatory test (`{claim.attack}`, {claim.checkpoint} checkpoint, α = {claim.alpha:g})"
     if found is None:
         return [head, "", problem]

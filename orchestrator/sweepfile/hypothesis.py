@@ -351,17 +351,22 @@ def read_attempts(path: Path) -> list[dict[str, Any]]:
     )
 
 
+def attempt_entry(hypothesis: Hypothesis, cell_ids: set[str], page: Mapping[str, Any]) -> dict[str, Any]:
+    """One confirmatory attempt: the hypothesis's digest, the cells it ran on (a digest of their ids: the
+    same cells are the same attempt) and Page's result."""
+    cells = hashlib.sha256("\n".join(sorted(cell_ids)).encode()).hexdigest()[:12]
+    return {"hypothesis": hypothesis.digest(), "cells": cells, "n_cells": len(cell_ids), "L": page.get("L"),
+            "p_value": page.get("p_value"), "n_blocks": page.get("n_blocks")}  # fmt: skip
+
+
 def log_attempt(out: Path, hypothesis: Hypothesis, cell_ids: set[str], page: dict[str, Any]) -> int:
     """Append a confirmatory attempt to ``out/hypothesis_attempts.jsonl`` unless this hypothesis was
     already tried on exactly these cells (a report run again is the same attempt); returns how many
     attempts the log holds for this hypothesis."""
     path = Path(out) / ATTEMPTS
-    digest = hypothesis.digest()
-    cells = hashlib.sha256("\n".join(sorted(cell_ids)).encode()).hexdigest()[:12]
-    mine = [e for e in read_attempts(path) if e.get("hypothesis") == digest]
-    if not any(e.get("cells") == cells for e in mine):
-        entry = {"hypothesis": digest, "cells": cells, "n_cells": len(cell_ids), "L": page.get("L"),
-                 "p_value": page.get("p_value"), "n_blocks": page.get("n_blocks")}  # fmt: skip
+    entry = attempt_entry(hypothesis, cell_ids, page)
+    mine = [e for e in read_attempts(path) if e.get("hypothesis") == entry["hypothesis"]]
+    if not any(e.get("cells") == entry["cells"] for e in mine):
         with path.open("a") as log:
             log.write(json.dumps(entry, sort_keys=True) + "\n")
         mine.append(entry)
