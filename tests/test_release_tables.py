@@ -83,6 +83,7 @@ def test_a_release_tables_run_of_a_pre_registered_test_logs_one_attempt_in_the_s
     assert not (store / "attempts").exists()
     first = tables(store, "release")
     assert len(logged()) == 1 and "confirmatory attempts logged in the store: 1)" in first
+    assert logged() == sorted(p.name for p in (STORE / "attempts").rglob("*.json"))  # the committed one
     assert tables(store, "release") == first and len(logged()) == 1
     assert tables(store, "release", log=False) == first
 
