@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from privauditor.orchestrator.sweepfile.hypothesis import Block, attempts, log_attempt, parse, registration
+from privauditor.orchestrator.sweepfile.attempts import attempts, log_attempt
+from privauditor.orchestrator.sweepfile.hypothesis import Block, parse, registration
 from privauditor.orchestrator.sweepfile.sweep import load_sweep
 from privauditor.tasks.infra.errors import PrivauditorError
 

@@ -14,9 +14,9 @@ import torch
 
 from privauditor.tasks.adaptations import build_adaptation
 from privauditor.tasks.attacks import ATTACKS
+from privauditor.tasks.cell.evaluate import read_scores
 from privauditor.tasks.cell.run import run_cell
 from privauditor.tasks.infra.errors import PrivauditorError
-from privauditor.tasks.infra.files import read_table
 from privauditor.tasks.infra.precision import autocast, precision_of, resolve_precision, to_precision
 from privauditor.tasks.models import load_model
 from privauditor.tasks.passes.batches import cut_batches
@@ -177,12 +177,6 @@ def two_cells(tmp_path_factory):
     return found
 
 
-def _scores(folder, attack):
-    """(member, score) of ``attack`` in a cell's ``scores.parquet``, by sample id."""
-    rows = sorted((r["sample_id"], r["member"], r["score"]) for r in read_table(folder / "scores.parquet").to_pylist() if r["attack"] == attack)  # fmt: skip
-    return np.array([r[1] for r in rows], bool), np.array([r[2] for r in rows], float)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", MODEL_READING)
 def test_no_attacks_auc_moves_at_bf16_mixed_beyond_the_records_sampling(two_cells, attack):
@@ -194,8 +188,8 @@ def test_no_attacks_auc_moves_at_bf16_mixed_beyond_the_records_sampling(two_cell
     (fp32, _, before), (mixed, _, after) = two_cells["fp32"], two_cells["bf16-mixed"]
     assert ("auc" in fp32[attack]) == ("auc" in mixed[attack])
     if "auc" in fp32[attack]:
-        member, trained = _scores(before, attack)
-        same, scored = _scores(after, attack)
+        member, trained = read_scores(before, attack)
+        same, scored = read_scores(after, attack)
         assert np.array_equal(member, same) and len(member) == 128
         draws = paired_differences(member, trained, scored, 4000, seed=0, target=None)["auc"]
         low, high = mean_interval([draws], 1 - 0.05 / len(MODEL_READING))

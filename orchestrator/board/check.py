@@ -144,7 +144,7 @@ def add(results: str | Path, location: str | Path, supersedes: list[str] | None 
 def _add_attempts(results: str | Path, store: Store) -> None:
     """The results folder's confirmatory attempts (``hypothesis_attempts.jsonl``), one immutable file each
     under ``attempts/<hypothesis>/<cells>.json``: the board counts a hypothesis's attempts over every run."""
-    from privauditor.orchestrator.sweepfile.hypothesis import ATTEMPTS, read_attempts
+    from privauditor.orchestrator.sweepfile.attempts import ATTEMPTS, read_attempts
     from privauditor.tasks.infra.results import Results
 
     found = Results.at(results)
@@ -158,3 +158,8 @@ def write_attempt(store: Store, entry: dict[str, Any]) -> None:
     """A confirmatory attempt, once (the same hypothesis on the same cells is the same attempt)."""
     data = json.dumps(entry, sort_keys=True).encode()
     store.write_new(f"attempts/{entry['hypothesis']}/{entry['cells']}.json", data, exist_ok=True)
+
+
+def stored_attempts(store: Store, hypothesis: Any) -> int:
+    """How many confirmatory attempts of ``hypothesis`` the store holds."""
+    return len(store.list(f"attempts/{hypothesis.digest()}"))

@@ -25,6 +25,7 @@ from privauditor.orchestrator.report import blocks as blk
 from privauditor.orchestrator.report.headline import ATTACK, view_of
 from privauditor.orchestrator.report.summary import technique
 
+from .check import stored_attempts
 from .merge import live
 
 #: the attack the board ranks by: the headline's (:mod:`privauditor.orchestrator.report.headline`)
@@ -154,8 +155,4 @@ def registration_of(hypothesis: Any, sweep: str, records: list[dict[str, Any]], 
         for r in kept
     }
     found = registration(hypothesis, sweep, revisions, blocks)
-    return (
-        found
-        if store is None
-        else replace(found, attempts=len(store.list(f"attempts/{hypothesis.digest()}")))
-    )
+    return found if store is None else replace(found, attempts=stored_attempts(store, hypothesis))

@@ -19,6 +19,7 @@ same records give the same bytes (a test rebuilds the committed release's tables
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from privauditor.orchestrator.report.headline import RANK_HEADER, rank_text
 from privauditor.orchestrator.report.row_schema import TRAINED
 from privauditor.tasks.infra.errors import PrivauditorError
 
-from .check import valid_records, write_attempt
+from .check import stored_attempts, valid_records, write_attempt
 from .merge import cell_rows, live
 from .ranked import block_values, load_hypothesis, registration_of
 from .site import of_form
@@ -58,7 +59,8 @@ def tables(location: str | Path, sweep: str, figures: str | Path | None = None, 
     with ``figures``, each ranking's critical-difference diagram there (``cd_<group>.png``). A
     pre-registered test that runs is a confirmatory attempt: with ``log``, the store's attempts log gets
     it (once: the same cells are the same attempt) before the tables count its attempts."""
-    from privauditor.orchestrator.sweepfile.hypothesis import Block, attempt_entry
+    from privauditor.orchestrator.sweepfile.attempts import attempt_entry
+    from privauditor.orchestrator.sweepfile.hypothesis import Block
 
     store = Store(location)
     records = of_form(valid_records(store), TRAINED)
@@ -68,11 +70,16 @@ def tables(location: str | Path, sweep: str, figures: str | Path | None = None, 
     cells = cell_rows(records)
     values = block_values(cells, claim.attack, claim.checkpoint)
     found, problem = _tested(values, claim)
-    if log and found is not None and registration_of(claim, name, records).confirmatory:
-        assert found.page is not None  # _tested returns a battery whose Page test ran
-        ran = {r["cell_id"] for r in cells if (r["model"], r["dataset"]) in found.blocks and r["adaptation"] in claim.classes}  # fmt: skip
+    registration = registration_of(claim, name, records)
+    if log and found is not None and found.page is not None and registration.confirmatory:
+        tested = set(found.blocks)
+        ran = {
+            r["cell_id"]
+            for r in cells
+            if (r["model"], r["dataset"]) in tested and r["adaptation"] in claim.classes
+        }
         write_attempt(store, attempt_entry(claim, ran, found.page))
-    registration = registration_of(claim, name, records, store)
+    registration = replace(registration, attempts=stored_attempts(store, claim))
     bases = {
         (r["model"], r["dataset"]): str((r["provenance"]["spec"] or {}).get("base")) for r in live(records)
     }

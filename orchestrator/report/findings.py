@@ -119,7 +119,7 @@ def findings(
 def _attempts(out: Path, rows: list[Row], hypothesis: Any, registration: Any, page: Any) -> int:
     """Log this run's confirmatory test in ``hypothesis_attempts.jsonl`` (a pre-registered hypothesis whose
     Page test ran) and return how many attempts the folder's log holds for the hypothesis."""
-    from privauditor.orchestrator.sweepfile.hypothesis import attempts, log_attempt
+    from privauditor.orchestrator.sweepfile.attempts import attempts, log_attempt
 
     if hypothesis is None:
         return 0

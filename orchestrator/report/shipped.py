@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from privauditor.tasks.infra.errors import PrivauditorError
-from privauditor.tasks.infra.files import read_table
 from privauditor.tasks.infra.results import Results
 
 from .formats import markdown_table
@@ -73,10 +72,9 @@ def _pairs(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[tupl
 def _scores(results: Results, cell_id: str, form: str, attack: str) -> tuple[np.ndarray, np.ndarray]:
     """(member, scores) of ``attack`` in the cell's last checkpoint (``trained``) or a shipped form, by
     sample id."""
-    folder = results.cell(cell_id).path / ("." if form == TRAINED else f"shipped/{form}")
-    table = read_table(folder / "scores.parquet").to_pylist()
-    chosen = sorted((r["sample_id"], r["member"], r["score"]) for r in table if r["attack"] == attack)
-    return np.array([c[1] for c in chosen], bool), np.array([c[2] for c in chosen], float)
+    from privauditor.tasks.cell.evaluate import read_scores
+
+    return read_scores(results.cell(cell_id).path / ("." if form == TRAINED else f"shipped/{form}"), attack)
 
 
 class _Draws:

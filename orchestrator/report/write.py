@@ -30,7 +30,7 @@ def write_findings(
 ) -> str:
     """``findings.md`` and the privacy–utility plots from the leaderboard rows ``found`` (``other``: a
     (name, rows) pair of another folder to rank against); returns the text."""
-    from privauditor.orchestrator.sweepfile.hypothesis import ATTEMPTS
+    from privauditor.orchestrator.sweepfile.attempts import ATTEMPTS
 
     from .findings import findings
     from .leaderboard import write_html

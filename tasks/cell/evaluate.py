@@ -218,3 +218,11 @@ def scores_table(sample_ids: list[str], member: np.ndarray, scores: dict[str, np
             "score": pa.array(np.concatenate([scores[a] for a in scores]) if scores else [], pa.float64()),
         }
     )
+
+
+def read_scores(folder: Path, attack: str) -> tuple[np.ndarray, np.ndarray]:
+    """(member, score) of ``attack`` in ``folder/scores.parquet``, ordered by sample id (two scorings of
+    the same records line up)."""
+    table = read_table(Path(folder) / "scores.parquet").to_pylist()
+    chosen = sorted((r["sample_id"], r["member"], r["score"]) for r in table if r["attack"] == attack)
+    return np.array([c[1] for c in chosen], bool), np.array([c[2] for c in chosen], float)
